@@ -1,0 +1,1 @@
+"""Analysis: pure functions from measurements to statistics, breakdowns and what-if estimates."""

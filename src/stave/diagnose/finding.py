@@ -1,0 +1,101 @@
+"""The Finding type: one diagnosis with its evidence, estimated speedup and fix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
+
+# An estimated speedup of 1.5x or more is worth stopping for: it is the difference between a
+# two-day and a three-day run. Below 1.1x the change is within what a noisy machine shows between
+# runs, so it is worth knowing, not worth a warning.
+CRITICAL_SPEEDUP = 1.5
+WARNING_SPEEDUP = 1.1
+
+DOCS_BASE = "docs/findings"
+
+
+def severity_for_speedup(est_speedup: float) -> str:
+    """Map an estimated speedup to a severity (thresholds above, with their reasons)."""
+    if est_speedup >= CRITICAL_SPEEDUP:
+        return "critical"
+    if est_speedup >= WARNING_SPEEDUP:
+        return "warning"
+    return "info"
+
+
+def docs_path(finding_id: str) -> str:
+    """The docs page of a finding ID, relative to the repository root."""
+    return f"{DOCS_BASE}/{finding_id}.md"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosis.
+
+    ``est_speedup`` is T / T', with T the measured step time (the docs page of each ID says which
+    statistic) and T' the step time with only the phase the fix addresses shrunk as the fix would
+    shrink it. 1.0 means the finding is about correctness or risk, not speed.
+    ``evidence`` holds the measured numbers (seconds, bytes, fractions, counts) under names with units.
+    ``fix`` is a concrete code change, tailored to this run where the measurements allow.
+    """
+
+    id: str
+    severity: str
+    est_speedup: float
+    title: str
+    evidence: dict[str, Any]
+    fix: str
+    explanation: str = ""
+    lines: list[str] = field(default_factory=list)
+    rank: int | None = None
+    source: str = "doctor"
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity {self.severity!r} is not one of {SEVERITIES}")
+        if not self.est_speedup >= 1.0:
+            raise ValueError(f"{self.id}: est_speedup must be >= 1.0, got {self.est_speedup!r}")
+
+    @property
+    def docs(self) -> str:
+        """Path of the docs page for this ID."""
+        return docs_path(self.id)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The finding as it appears in JSON reports."""
+        return {
+            "id": self.id,
+            "severity": self.severity,
+            "est_speedup": round(float(self.est_speedup), 3),
+            "title": self.title,
+            "explanation": self.explanation,
+            "evidence": self.evidence,
+            "lines": list(self.lines),
+            "fix": self.fix,
+            "docs": self.docs,
+            "rank": self.rank,
+            "source": self.source,
+        }
+
+
+_SEVERITY_ORDER = {name: i for i, name in enumerate(SEVERITIES)}
+
+
+def rank_findings(findings: list[Finding]) -> list[Finding]:
+    """Order findings by estimated speedup, largest first.
+
+    Ties (notably the 1.0 of correctness findings) are broken by severity, then ID, so the order is
+    stable. A critical risk finding with est_speedup 1.0 (a leak that will end the run) is placed
+    before speed findings whose estimate is below the warning threshold, since it matters more
+    than a change the user would not notice.
+    """
+
+    def key(f: Finding) -> tuple[float, int, str]:
+        speed = f.est_speedup
+        if f.severity == "critical" and speed < WARNING_SPEEDUP:
+            speed = WARNING_SPEEDUP
+        return (-speed, -_SEVERITY_ORDER[f.severity], f.id)
+
+    return sorted(findings, key=key)

@@ -1,0 +1,97 @@
+"""A snapshot of how the training job is configured: loaders, batch, threads, precision, optimizer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TensorInfo:
+    """One tensor of a batch as the loader delivered it."""
+
+    path: str
+    dtype: str
+    shape: list[int]
+    device: str
+    nbytes: int
+    memory_format: str = "contiguous"
+    pinned: bool = False
+
+
+@dataclass
+class LoaderInfo:
+    """One ``torch.utils.data.DataLoader`` the script iterated, with what iterating it cost.
+
+    ``first_batch_wait_ns`` holds, per iterator created (one per epoch unless workers persist),
+    the wait for its first batch: the worker start-up the user pays at every epoch start.
+    """
+
+    loader_id: int
+    num_workers: int
+    batch_size: int | None
+    pin_memory: bool
+    persistent_workers: bool
+    prefetch_factor: int | None
+    drop_last: bool
+    multiprocessing_context: str | None
+    dataset_type: str
+    dataset_len: int | None
+    sampler_type: str
+    iterable_dataset: bool = False
+    iterators_created: int = 0
+    batches: int = 0
+    first_batch_wait_ns: list[int] = field(default_factory=list)
+    fork_unsafe_handles: list[str] = field(default_factory=list)
+    dataset_paths: list[str] = field(default_factory=list)
+    dataset_bytes_on_disk: int | None = None
+    dataset_files: int | None = None
+    first_indices: list[int] = field(default_factory=list)
+
+
+@dataclass
+class OptimizerInfo:
+    """One optimizer that stepped."""
+
+    type: str
+    params: int
+    param_tensors: int
+    foreach: bool | None = None
+    fused: bool | None = None
+    steps: int = 0
+
+
+@dataclass
+class ConfigSnapshot:
+    """Settings read from the running job (no guesses: unknown is ``None``)."""
+
+    device_type: str = "cpu"
+    device_name: str = ""
+    device_capability: list[int] | None = None
+    device_total_memory_bytes: int | None = None
+    bf16_native: bool = False
+    torch_threads: int | None = None
+    torch_interop_threads: int | None = None
+    cores_usable: int | None = None
+    cores_total: int | None = None
+    loaders: list[LoaderInfo] = field(default_factory=list)
+    batch: list[TensorInfo] = field(default_factory=list)
+    autocast_enabled: bool | None = None
+    autocast_dtype: str | None = None
+    compiled: bool | None = None
+    model_class: str | None = None
+    model_params: int | None = None
+    param_dtypes: dict[str, int] = field(default_factory=dict)
+    conv_model: bool | None = None
+    model_memory_format: str | None = None
+    dataparallel: bool = False
+    ddp: bool = False
+    ddp_find_unused_parameters: bool | None = None
+    cudnn_benchmark: bool | None = None
+    cudnn_deterministic: bool | None = None
+    deterministic_algorithms: bool | None = None
+    optimizers: list[OptimizerInfo] = field(default_factory=list)
+    forward_calls_per_step: float | None = None
+    flops_per_step: int | None = None
+    aten_ops_per_step: int | None = None
+    aten_ops_by_phase: dict[str, int] = field(default_factory=dict)
+    flops_by_phase: dict[str, int] = field(default_factory=dict)

@@ -1,0 +1,113 @@
+"""Everything one process measured: the unit the analysis reads and a rank writes to disk."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stave.errors import FormatError, InputError
+from stave.measure.config import ConfigSnapshot
+from stave.measure.host import HostSample
+from stave.measure.pipeline import CopyStat, StageStat, SyncSite, WorkerStats
+from stave.measure.serialize import from_dict, to_dict
+from stave.measure.stacks import StackProfile
+from stave.measure.steps import PhaseSpan, StepRecord
+
+RECORD_SCHEMA = "stave.record/1"
+
+
+@dataclass
+class RunInfo:
+    """Who ran what, where, and how it ended."""
+
+    script: str = ""
+    args: list[str] = field(default_factory=list)
+    module: bool = False
+    started_at: str = ""
+    wall_ns: int = 0
+    script_exit_code: int | None = None
+    stopped_by: str = "end"
+    error: str | None = None
+    stave_version: str = ""
+    torch_version: str = ""
+    python_version: str = ""
+    platform: str = ""
+    hostname: str = ""
+    pid: int = 0
+    cpu_model: str = ""
+    cores_usable: int | None = None
+    cores_total: int | None = None
+    ram_total_bytes: int | None = None
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    warmup_steps: int = 0
+    requested_steps: int | None = None
+    profile_steps: int = 0
+
+
+@dataclass
+class ProbeResults:
+    """Short measurements the doctor takes after the script ends (never during it).
+
+    ``bf16_speedup``: fp32 matmul time over bf16 matmul time on this device (>1: bf16 is faster).
+    ``threads_speedup``: time of a matmul with the script's torch thread count over the same with
+    one thread per usable core (>1: the script's setting oversubscribes).
+    ``op_overhead_ns``: fixed host cost of one tiny tensor op (dispatch and launch overhead).
+    """
+
+    bf16_speedup: float | None = None
+    bf16_probe_shape: list[int] = field(default_factory=list)
+    threads_speedup: float | None = None
+    threads_probe: list[int] = field(default_factory=list)
+    op_overhead_ns: float | None = None
+
+
+@dataclass
+class RunRecord:
+    """The doctor's measurements of one process (one rank)."""
+
+    run: RunInfo = field(default_factory=RunInfo)
+    config: ConfigSnapshot = field(default_factory=ConfigSnapshot)
+    steps: list[StepRecord] = field(default_factory=list)
+    host: list[HostSample] = field(default_factory=list)
+    workers: list[WorkerStats] = field(default_factory=list)
+    main_stages: list[StageStat] = field(default_factory=list)
+    copies: list[CopyStat] = field(default_factory=list)
+    syncs: list[SyncSite] = field(default_factory=list)
+    cuda_calls: dict[str, int] = field(default_factory=dict)
+    stacks: StackProfile = field(default_factory=StackProfile)
+    probes: ProbeResults = field(default_factory=ProbeResults)
+    spans: list[PhaseSpan] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def counted_steps(self) -> list[StepRecord]:
+        """Steps that enter the statistics (not warm-up, not profiled, not the FLOP-counting step)."""
+        return [s for s in self.steps if s.counted]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict, tagged with the record schema."""
+        return {"schema": RECORD_SCHEMA, **to_dict(self)}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "record") -> "RunRecord":
+        """Rebuild a record, checking the schema tag and every field's type."""
+        if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
+            raise FormatError(f"{where}: not a stave record (expected schema {RECORD_SCHEMA!r})")
+        return from_dict(cls, data, where)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RunRecord":
+        """Read a record file written by :meth:`to_dict` (JSON; never pickle)."""
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"cannot read {p}: {exc.strerror or exc}") from exc
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise FormatError(f"{p}: not valid JSON at byte {exc.pos}: {exc.msg}") from exc
+        return cls.from_dict(data, where=str(p))

@@ -1,0 +1,76 @@
+"""Per-step records: the additive split of each optimizer step's wall time into phases."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The phases of a training step, in the order they usually run. ``other`` is what remains of the
+# step after the measured phases; it is computed, never measured directly.
+PHASES: tuple[str, ...] = ("data_wait", "h2d", "forward", "backward", "optimizer", "other")
+MEASURED_PHASES: tuple[str, ...] = PHASES[:-1]
+
+
+@dataclass
+class PhaseSpan:
+    """One interval the main thread spent in a phase (host clock, ns since an arbitrary origin)."""
+
+    phase: str
+    start_ns: int
+    end_ns: int
+    step: int = -1
+
+    @property
+    def duration_ns(self) -> int:
+        """Length of the span."""
+        return self.end_ns - self.start_ns
+
+
+@dataclass
+class StepRecord:
+    """One optimizer step, from the end of the previous step to the end of this one.
+
+    The phase times add up to at most the duration; ``other_ns`` is the rest. On a GPU the phase
+    times come from CUDA events (``device_timed``), so they describe the GPU timeline; on CPU they
+    are the host clock.
+    """
+
+    index: int
+    start_ns: int
+    end_ns: int
+    data_wait_ns: int = 0
+    h2d_ns: int = 0
+    forward_ns: int = 0
+    backward_ns: int = 0
+    optimizer_ns: int = 0
+    comm_wait_ns: int = 0
+    samples: int = 0
+    h2d_bytes: int = 0
+    data_fetches: int = 0
+    forward_calls: int = 0
+    backward_calls: int = 0
+    warmup: bool = False
+    profiled: bool = False
+    flop_counted: bool = False
+    device_timed: bool = False
+
+    @property
+    def duration_ns(self) -> int:
+        """Wall time of the step."""
+        return self.end_ns - self.start_ns
+
+    @property
+    def other_ns(self) -> int:
+        """Time in the step not covered by a measured phase (never negative)."""
+        measured = self.data_wait_ns + self.h2d_ns + self.forward_ns + self.backward_ns + self.optimizer_ns
+        return max(0, self.duration_ns - measured)
+
+    def phase_ns(self, phase: str) -> int:
+        """Time of one phase by name (one of :data:`PHASES`)."""
+        if phase == "other":
+            return self.other_ns
+        return int(getattr(self, f"{phase}_ns"))
+
+    @property
+    def counted(self) -> bool:
+        """True when the step enters the statistics (not warm-up, not slowed by a profiler or counter)."""
+        return not (self.warmup or self.profiled or self.flop_counted)

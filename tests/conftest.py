@@ -1,0 +1,47 @@
+"""Shared test configuration: markers and the automatic skip of CUDA tests on CPU-only machines."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
+TEST_DATA = Path(__file__).resolve().parent / "data"
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _cuda_available():
+        return
+    skip_cuda = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip_cuda)
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture
+def stave_env() -> dict[str, str]:
+    """Environment for running `python -m stave` in a subprocess from the source tree."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO_ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("OMP_NUM_THREADS", "2")
+    return env
+
+
+@pytest.fixture
+def python_exe() -> str:
+    return sys.executable
