@@ -1,0 +1,61 @@
+"""The doctor's result: what the report renderers (terminal, JSON, HTML) take as input.
+
+Analysis builds it from one or more :class:`~stave.measure.record.RunRecord` (one per rank) and
+the findings; renderers only read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from stave.analyze.breakdown import StepSummary, summarize_steps
+from stave.diagnose.finding import Finding
+from stave.measure.record import RunRecord
+
+
+@dataclass
+class RankSummary:
+    """One rank (or the single process) as it appears side by side in reports.
+
+    ``status``: "ok", "crashed" (the script raised), "killed" (the record stopped updating and the
+    process is gone), or "interrupted".
+    """
+
+    rank: int
+    hostname: str
+    pid: int
+    status: str
+    summary: StepSummary
+    peak_rss_bytes: int | None = None
+    peak_cuda_bytes: int | None = None
+
+
+@dataclass
+class DoctorResult:
+    """Everything a doctor report shows."""
+
+    record: RunRecord
+    summary: StepSummary
+    findings: list[Finding]
+    ranks: list[RankSummary] = field(default_factory=list)
+    rank_records: list[RunRecord] = field(default_factory=list)
+    trace: Any = None
+    notes: list[str] = field(default_factory=list)
+
+
+def rank_summary(record: RunRecord, status: str | None = None) -> RankSummary:
+    """Summarize one record as a rank row."""
+    rss = [s.rss_bytes for s in record.host if s.rss_bytes is not None]
+    cuda = [s.cuda_peak_bytes for s in record.host if s.cuda_peak_bytes is not None]
+    if status is None:
+        status = {"error": "crashed", "interrupt": "interrupted"}.get(record.run.stopped_by, "ok")
+    return RankSummary(
+        rank=record.run.rank,
+        hostname=record.run.hostname,
+        pid=record.run.pid,
+        status=status,
+        summary=summarize_steps(record.steps),
+        peak_rss_bytes=max(rss) if rss else None,
+        peak_cuda_bytes=max(cuda) if cuda else None,
+    )

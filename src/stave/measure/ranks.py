@@ -1,0 +1,33 @@
+"""Per-rank timing records: the common input of the rank rules (RANK_STRAGGLER, RANK_IMBALANCE).
+
+Both ``stave trace`` (from per-rank profiler traces) and the distributed doctor (from per-rank
+doctor records) reduce what they measured to one :class:`RankTiming` per rank, so one rule serves
+both. Nothing here compares clocks across ranks: the last rank to arrive at a collective is the
+one that waits least inside it, which holds whatever the clock offsets between nodes are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class RankTiming:
+    """One rank's per-step means (seconds) and memory, as measured on that rank.
+
+    ``collective_wait_s``: time per step inside collectives (all-reduce, barriers) on this rank.
+    ``data_wait_s``, ``compute_s``, ``host_s``: what the rank did outside them, per step
+    (compute = forward + backward + optimizer, or kernel time from a trace; host = the rest).
+    """
+
+    rank: int
+    step_time_s: float
+    collective_wait_s: float
+    data_wait_s: float = 0.0
+    compute_s: float = 0.0
+    host_s: float = 0.0
+    steps: int = 0
+    memory_peak_bytes: int | None = None
+    hostname: str = ""
+    status: str = "ok"
+    source: str = "doctor"
