@@ -16,6 +16,8 @@ class HostSample:
     t_ns: int
     cpu_main_pct: float | None = None
     cpu_workers_pct: float | None = None
+    # Other descendants of the main process (not DataLoader workers): compile workers, subprocesses.
+    cpu_children_pct: float | None = None
     workers_alive: int | None = None
     main_threads: int | None = None
     cpu_system_pct: float | None = None

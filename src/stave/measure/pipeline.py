@@ -47,6 +47,9 @@ class WorkerStats:
     read_chars: int | None = None
     read_bytes: int | None = None
     alive_ns: int = 0
+    # Time the loading thread sat runnable but waiting for a core during fetches (schedstat
+    # run_delay): separates "off-CPU because blocked on I/O" from "off-CPU because no core was free".
+    run_delay_ns: int | None = None
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import Any
 from stave.errors import FormatError, InputError
 from stave.measure.config import ConfigSnapshot
 from stave.measure.host import HostSample
-from stave.measure.pipeline import CopyStat, StageStat, SyncSite, WorkerStats
+from stave.measure.pipeline import CopyStat, SyncSite, WorkerStats
 from stave.measure.serialize import from_dict, to_dict
 from stave.measure.stacks import StackProfile
 from stave.measure.steps import PhaseSpan, StepRecord
@@ -74,7 +74,6 @@ class RunRecord:
     steps: list[StepRecord] = field(default_factory=list)
     host: list[HostSample] = field(default_factory=list)
     workers: list[WorkerStats] = field(default_factory=list)
-    main_stages: list[StageStat] = field(default_factory=list)
     copies: list[CopyStat] = field(default_factory=list)
     syncs: list[SyncSite] = field(default_factory=list)
     cuda_calls: dict[str, int] = field(default_factory=dict)

@@ -1,0 +1,405 @@
+"""Per-sample accounting of data loading, inside loader workers and in the main process.
+
+The DataLoader's fetchers (``torch.utils.data._utils.fetch``) are replaced by timed versions
+with the same semantics, and torchvision's ``Compose`` times each transform while a fetch is
+running, so a report can say which stage of sample loading costs what. Wall time and the
+thread's CPU time are both kept: their difference is time off-CPU (blocked on reads, sleeping).
+
+Each worker process keeps a :class:`LoaderStats` and writes it, atomically and at most every
+:data:`FLUSH_INTERVAL_S`, to a JSON file in the doctor's stats directory, plus once more when the
+worker exits; the main process reads the files at the end. A worker that is killed still leaves
+its last flush.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from stave.measure.pipeline import StageStat, WorkerStats
+
+log = logging.getLogger(__name__)
+
+# Often enough that a killed worker loses little, rarely enough that the write (a few hundred
+# bytes, atomically renamed) is noise next to loading a batch.
+FLUSH_INTERVAL_S = 0.5
+
+_local = threading.local()
+
+
+def _io_counters() -> dict[str, int] | None:
+    """This thread's I/O counters (/proc/thread-self/io): syscalls and bytes, or None if hidden."""
+    # os.open, not open(): the doctor's own reads must not count as the dataset's opens.
+    try:
+        fd = os.open("/proc/thread-self/io", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        text = os.read(fd, 4096).decode("ascii", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if value.strip().isdigit():
+            out[key.strip()] = int(value)
+    # This read is itself one read syscall of len(text) chars, which the next reading will include.
+    out["_self_chars"] = len(text)
+    return out
+
+
+class LoaderStats:
+    """Accumulates stage times and I/O for one process (a worker, or the main process)."""
+
+    def __init__(self, worker_id: int, loader_id: int, out_path: str | None) -> None:
+        self.worker_id = worker_id
+        self.loader_id = loader_id
+        self.out_path = out_path
+        self.created_ns = time.perf_counter_ns()
+        self.samples = 0
+        self.batches = 0
+        self.getitem_wall_ns = 0
+        self.getitem_cpu_ns = 0
+        self.stages: dict[str, StageStat] = {}
+        self.opens: int | None = 0
+        self.read_calls: int | None = 0
+        self.read_chars: int | None = 0
+        self.read_bytes: int | None = 0
+        self._last_flush_ns = 0
+
+    def stage(self, name: str, samples: int, wall_ns: int, cpu_ns: int) -> None:
+        """Add time to a stage."""
+        st = self.stages.get(name)
+        if st is None:
+            st = self.stages[name] = StageStat(name)
+        st.samples += samples
+        st.wall_ns += wall_ns
+        st.cpu_ns += cpu_ns
+
+    def add_io(self, before: dict[str, int] | None, after: dict[str, int] | None) -> None:
+        """Add the I/O counter deltas of one fetch; absent counters stay absent (None)."""
+        if before is None or after is None:
+            self.read_calls = self.read_chars = self.read_bytes = None
+            return
+        own = {"syscr": 1, "rchar": before.get("_self_chars", 0), "read_bytes": 0}
+        for attr, key in (("read_calls", "syscr"), ("read_chars", "rchar"), ("read_bytes", "read_bytes")):
+            current = getattr(self, attr)
+            if current is not None and key in before and key in after:
+                setattr(self, attr, current + max(0, after[key] - before[key] - own[key]))
+            else:
+                setattr(self, attr, None)
+
+    def to_worker_stats(self) -> WorkerStats:
+        """Snapshot as the measurement type."""
+        return WorkerStats(
+            worker_id=self.worker_id,
+            pid=os.getpid(),
+            loader_id=self.loader_id,
+            samples=self.samples,
+            batches=self.batches,
+            getitem_wall_ns=self.getitem_wall_ns,
+            getitem_cpu_ns=self.getitem_cpu_ns,
+            stages=[StageStat(s.name, s.samples, s.wall_ns, s.cpu_ns) for s in self.stages.values()],
+            opens=self.opens,
+            read_calls=self.read_calls,
+            read_chars=self.read_chars,
+            read_bytes=self.read_bytes,
+            alive_ns=time.perf_counter_ns() - self.created_ns,
+        )
+
+    def maybe_flush(self, force: bool = False) -> None:
+        """Write the stats file if the interval passed (or ``force``); never raises into the loader."""
+        if self.out_path is None:
+            return
+        now = time.perf_counter_ns()
+        if not force and now - self._last_flush_ns < FLUSH_INTERVAL_S * 1e9:
+            return
+        self._last_flush_ns = now
+        from stave.measure.serialize import to_dict
+
+        tmp = f"{self.out_path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as handle:
+                json.dump(to_dict(self.to_worker_stats()), handle)
+            os.replace(tmp, self.out_path)
+        except OSError as exc:
+            # A full disk must not break the user's data loading; the report will lack this worker.
+            log.warning("could not write loader stats to %s: %s", self.out_path, exc)
+
+
+# --- The process-wide current stats and the "inside a fetch" flag -------------------------------
+
+_current: LoaderStats | None = None
+
+
+def current() -> LoaderStats | None:
+    """The stats object of this process, if instrumentation is installed."""
+    return _current
+
+
+def set_current(stats: LoaderStats | None) -> None:
+    """Install (or clear) the stats object of this process."""
+    global _current
+    _current = stats
+
+
+def in_fetch() -> bool:
+    """True while this thread is inside an instrumented fetch."""
+    return getattr(_local, "in_fetch", False)
+
+
+def _timed_getitem(stats: LoaderStats, get: Any, arg: Any) -> Any:
+    _local.transform_wall_ns = 0
+    _local.transform_cpu_ns = 0
+    t0 = time.perf_counter_ns()
+    c0 = time.thread_time_ns()
+    item = get(arg)
+    wall = time.perf_counter_ns() - t0
+    cpu = time.thread_time_ns() - c0
+    stats.samples += 1
+    stats.getitem_wall_ns += wall
+    stats.getitem_cpu_ns += cpu
+    # "load" is what __getitem__ did besides its transforms: file reads and decode, mostly.
+    stats.stage("load", 1, max(0, wall - _local.transform_wall_ns), max(0, cpu - _local.transform_cpu_ns))
+    return item
+
+
+def _timed_collate(stats: LoaderStats, collate_fn: Any, data: Any, samples: int) -> Any:
+    t0 = time.perf_counter_ns()
+    c0 = time.thread_time_ns()
+    out = collate_fn(data)
+    stats.stage("collate", samples, time.perf_counter_ns() - t0, time.thread_time_ns() - c0)
+    return out
+
+
+def timed_map_fetch(fetcher: Any, possibly_batched_index: Any) -> Any:
+    """``_MapDatasetFetcher.fetch`` with per-sample timing (same semantics as torch's)."""
+    stats = _current
+    if stats is None or in_fetch():
+        return _ORIGINALS["map"](fetcher, possibly_batched_index)
+    _local.in_fetch = True
+    io_before = _io_counters()
+    try:
+        dataset = fetcher.dataset
+        if fetcher.auto_collation:
+            if hasattr(dataset, "__getitems__") and dataset.__getitems__:
+                # A batched getter: time it as one call spread over its samples.
+                n = len(possibly_batched_index)
+                t0 = time.perf_counter_ns()
+                c0 = time.thread_time_ns()
+                data = dataset.__getitems__(possibly_batched_index)
+                stats.samples += n
+                wall = time.perf_counter_ns() - t0
+                cpu = time.thread_time_ns() - c0
+                stats.getitem_wall_ns += wall
+                stats.getitem_cpu_ns += cpu
+                stats.stage("load", n, wall, cpu)
+            else:
+                data = [_timed_getitem(stats, dataset.__getitem__, idx) for idx in possibly_batched_index]
+            n = len(data)
+        else:
+            data = _timed_getitem(stats, dataset.__getitem__, possibly_batched_index)
+            n = 1
+        out = _timed_collate(stats, fetcher.collate_fn, data, n)
+        stats.batches += 1
+        return out
+    finally:
+        _local.in_fetch = False
+        stats.add_io(io_before, _io_counters())
+        stats.maybe_flush()
+
+
+def timed_iterable_fetch(fetcher: Any, possibly_batched_index: Any) -> Any:
+    """``_IterableDatasetFetcher.fetch`` with per-sample timing (same semantics as torch's)."""
+    stats = _current
+    if stats is None or in_fetch():
+        return _ORIGINALS["iterable"](fetcher, possibly_batched_index)
+    if fetcher.ended:
+        raise StopIteration
+    _local.in_fetch = True
+    io_before = _io_counters()
+    try:
+        get = fetcher.dataset_iter.__next__
+        if fetcher.auto_collation:
+            data = []
+            for _ in possibly_batched_index:
+                try:
+                    data.append(_timed_getitem(stats, lambda _unused: get(), None))
+                except StopIteration:
+                    fetcher.ended = True
+                    break
+            if len(data) == 0 or (fetcher.drop_last and len(data) < len(possibly_batched_index)):
+                raise StopIteration
+            n = len(data)
+        else:
+            data = _timed_getitem(stats, lambda _unused: get(), None)
+            n = 1
+        out = _timed_collate(stats, fetcher.collate_fn, data, n)
+        stats.batches += 1
+        return out
+    finally:
+        _local.in_fetch = False
+        stats.add_io(io_before, _io_counters())
+        stats.maybe_flush()
+
+
+def _stage_name(transform: Any, seen: dict[str, int]) -> str:
+    name = type(transform).__name__
+    if name == "function":
+        name = getattr(transform, "__name__", "function")
+    seen[name] = seen.get(name, 0) + 1
+    return name if seen[name] == 1 else f"{name}#{seen[name]}"
+
+
+def _run_transforms(transforms: list[Any], value: Any, unpack: bool) -> Any:
+    stats = _current
+    seen: dict[str, int] = {}
+    for t in transforms:
+        t0 = time.perf_counter_ns()
+        c0 = time.thread_time_ns()
+        value = t(*value) if unpack else t(value)
+        wall = time.perf_counter_ns() - t0
+        cpu = time.thread_time_ns() - c0
+        _local.transform_wall_ns = getattr(_local, "transform_wall_ns", 0) + wall
+        _local.transform_cpu_ns = getattr(_local, "transform_cpu_ns", 0) + cpu
+        if stats is not None:
+            stats.stage(_stage_name(t, seen), 1, wall, cpu)
+        if unpack and not isinstance(value, tuple):
+            value = (value,)
+    return value
+
+
+def timed_compose_call(compose: Any, img: Any) -> Any:
+    """``torchvision.transforms.Compose.__call__``, timing each transform inside a fetch."""
+    if not in_fetch() or getattr(_local, "in_compose", False):
+        return _ORIGINALS["compose"](compose, img)
+    _local.in_compose = True
+    try:
+        return _run_transforms(compose.transforms, img, unpack=False)
+    finally:
+        _local.in_compose = False
+
+
+def timed_compose_v2_forward(compose: Any, *inputs: Any) -> Any:
+    """``torchvision.transforms.v2.Compose.forward`` with the same per-transform timing."""
+    if not in_fetch() or getattr(_local, "in_compose", False) or len(inputs) > 1:
+        return _ORIGINALS["compose_v2"](compose, *inputs)
+    _local.in_compose = True
+    try:
+        return _run_transforms(compose.transforms, inputs[0], unpack=False)
+    finally:
+        _local.in_compose = False
+
+
+def counting_open(*args: Any, **kwargs: Any) -> Any:
+    """``open`` that counts calls made inside a fetch (many small files show as many opens)."""
+    stats = _current
+    if stats is not None and stats.opens is not None and in_fetch():
+        stats.opens += 1
+    return _ORIGINALS["open"](*args, **kwargs)
+
+
+_ORIGINALS: dict[str, Any] = {}
+
+
+def install() -> None:
+    """Patch the fetchers, Compose and ``open`` in this process (idempotent)."""
+    if _ORIGINALS:
+        return
+    from torch.utils.data._utils import fetch
+
+    _ORIGINALS["map"] = fetch._MapDatasetFetcher.fetch
+    _ORIGINALS["iterable"] = fetch._IterableDatasetFetcher.fetch
+    fetch._MapDatasetFetcher.fetch = timed_map_fetch
+    fetch._IterableDatasetFetcher.fetch = timed_iterable_fetch
+    _ORIGINALS["open"] = builtins.open
+    builtins.open = counting_open
+    try:
+        from torchvision import transforms as tv1
+    except ImportError:
+        tv1 = None
+    if tv1 is not None:
+        _ORIGINALS["compose"] = tv1.Compose.__call__
+        tv1.Compose.__call__ = timed_compose_call
+        try:
+            from torchvision.transforms import v2 as tv2
+        except ImportError:
+            tv2 = None
+        if tv2 is not None:
+            _ORIGINALS["compose_v2"] = tv2.Compose.forward
+            tv2.Compose.forward = timed_compose_v2_forward
+
+
+def uninstall() -> None:
+    """Restore everything :func:`install` patched."""
+    if not _ORIGINALS:
+        return
+    from torch.utils.data._utils import fetch
+
+    fetch._MapDatasetFetcher.fetch = _ORIGINALS.pop("map")
+    fetch._IterableDatasetFetcher.fetch = _ORIGINALS.pop("iterable")
+    builtins.open = _ORIGINALS.pop("open")
+    if "compose" in _ORIGINALS:
+        from torchvision import transforms as tv1
+
+        tv1.Compose.__call__ = _ORIGINALS.pop("compose")
+    if "compose_v2" in _ORIGINALS:
+        from torchvision.transforms import v2 as tv2
+
+        tv2.Compose.forward = _ORIGINALS.pop("compose_v2")
+    _ORIGINALS.clear()
+
+
+class WorkerInit:
+    """A picklable ``worker_init_fn`` that instruments the worker, then calls the user's own.
+
+    Works for fork (the patches are inherited but the stats object is per worker) and for spawn
+    and forkserver (the worker imports stave fresh and installs the patches here).
+    """
+
+    def __init__(self, user_fn: Any, stats_dir: str, loader_id: int) -> None:
+        self.user_fn = user_fn
+        self.stats_dir = stats_dir
+        self.loader_id = loader_id
+
+    def __call__(self, worker_id: int) -> None:
+        install()
+        path = os.path.join(self.stats_dir, f"loader{self.loader_id}-worker{worker_id}-{os.getpid()}.json")
+        stats = LoaderStats(worker_id, self.loader_id, path)
+        set_current(stats)
+        stats.maybe_flush(force=True)
+        # multiprocessing runs its Finalize callbacks when a worker exits normally (it skips atexit),
+        # so the last counts of a cleanly shut-down worker are written.
+        from multiprocessing import util
+
+        util.Finalize(stats, stats.maybe_flush, kwargs={"force": True}, exitpriority=10)
+        if self.user_fn is not None:
+            self.user_fn(worker_id)
+
+
+def read_worker_files(stats_dir: str) -> list[WorkerStats]:
+    """Read every worker stats file in ``stats_dir`` (files we wrote; malformed ones are skipped)."""
+    from stave.errors import FormatError
+    from stave.measure.serialize import from_dict
+
+    out: list[WorkerStats] = []
+    try:
+        names = sorted(os.listdir(stats_dir))
+    except OSError:
+        return out
+    for name in names:
+        if not name.endswith(".json"):
+            continue
+        try:
+            with open(os.path.join(stats_dir, name), encoding="utf-8") as handle:
+                out.append(from_dict(WorkerStats, json.load(handle), name))
+        except (OSError, ValueError, FormatError) as exc:
+            log.warning("skipping unreadable worker stats %s: %s", name, exc)
+    return out

@@ -1,0 +1,346 @@
+"""A doctor session: installs the hooks and the monitor, and turns what they saw into a RunRecord.
+
+The session never runs an extra step and never draws from the user's random generators: it only
+observes the user's own steps (FLOPs are counted on one of their warm-up steps) and runs its
+probes after the script has ended.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import platform
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import psutil
+import torch
+
+from stave import __version__
+from stave import device as dev
+from stave.capture import config_probe
+from stave.capture.hooks_copies import CopyHooks
+from stave.capture.hooks_loader import LoaderHooks
+from stave.capture.hooks_loop import LoopHooks
+from stave.capture.loader_stats import read_worker_files
+from stave.capture.op_counter import OpCounter
+from stave.capture.steps import StepTracker
+from stave.files import atomic_write_json
+from stave.measure.config import ConfigSnapshot, TensorInfo
+from stave.measure.record import RunInfo, RunRecord
+
+log = logging.getLogger(__name__)
+
+# Five steps cover the usual one-off costs (allocator warm-up, cuDNN autotuning, lazy modules,
+# first-epoch worker start-up) without discarding much of a short run.
+DEFAULT_WARMUP = 5
+# The FLOP/op count runs on this warm-up step: step 0 pays one-off costs, and the step-cycle of
+# several optimizers is only known once the first optimizer steps a second time.
+FLOP_COUNT_STEP = 2
+
+
+class StopRun(BaseException):
+    """Raised from the optimizer hook when ``--steps`` is reached.
+
+    A BaseException, like KeyboardInterrupt, so the user's ``except Exception`` does not swallow it.
+    """
+
+
+@dataclass(frozen=True)
+class DoctorOptions:
+    """What the session measures and when it stops; validated on creation."""
+
+    steps: int | None = None
+    warmup: int | None = None
+    profile_steps: int = 0
+    count_flops: bool = True
+    stacks: bool = True
+    probes: bool = True
+    record_path: str | None = None
+    record_interval_s: float = 10.0
+    host_interval_s: float = 0.1
+    stack_interval_s: float = 0.02
+
+    def __post_init__(self) -> None:
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if self.warmup is not None and self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        if self.profile_steps < 0:
+            raise ValueError(f"profile_steps must be >= 0, got {self.profile_steps}")
+        if self.record_interval_s <= 0:
+            raise ValueError("record_interval_s must be > 0")
+
+
+class DoctorSession:
+    """Measures the training loop that runs between :meth:`start` and :meth:`stop`."""
+
+    def __init__(self, options: DoctorOptions, run: RunInfo | None = None,
+                 on_step: Callable[[int, "DoctorSession"], None] | None = None) -> None:
+        self.options = options
+        self.run = run or RunInfo()
+        self.on_step = on_step
+        self.warmup = DEFAULT_WARMUP if options.warmup is None else options.warmup
+        self.clock = dev.StepClock(dev.resolve_device(None))
+        self.tracker = StepTracker(self.clock)
+        self.config = ConfigSnapshot()
+        self._stats_dir = tempfile.mkdtemp(prefix="stave-loader-")
+        self.loop = LoopHooks(self.tracker, self._saw_optimizer, self._saw_model)
+        self.loader = LoaderHooks(self.tracker, self._stats_dir, self._saw_batch)
+        self.copies = CopyHooks(self.tracker)
+        self.monitor: Any = None
+        self._optimizers: dict[int, Any] = {}
+        self._model_params: dict[int, int] = {}
+        self._model: torch.nn.Module | None = None
+        self._autocast_seen = False
+        self._counter: OpCounter | None = None
+        self._profile: Any = None
+        self.profile_trace_path: str | None = None
+        self._started = False
+        self._stopped = False
+        self._record_thread: threading.Thread | None = None
+        self._record_stop = threading.Event()
+        self.flop_step = FLOP_COUNT_STEP if options.count_flops and self.warmup > FLOP_COUNT_STEP else None
+
+    # --- what the hooks report -------------------------------------------------------------------
+
+    def _saw_optimizer(self, opt: Any) -> None:
+        key = id(opt)
+        if key not in self._optimizers:
+            self._optimizers[key] = config_probe.optimizer_info(opt)
+        self._optimizers[key].steps += 1
+
+    def _saw_model(self, module: torch.nn.Module) -> None:
+        key = id(module)
+        if key not in self._model_params:
+            params = sum(p.numel() for p in module.parameters())
+            self._model_params[key] = params
+            # The loss module is an outermost call too; the model is the one with most parameters.
+            if self._model is None or params > self._model_params.get(id(self._model), -1):
+                self._model = module
+                config_probe.describe_model(module, self.config)
+        if module is self._model and not self._autocast_seen and self.tracker.step_index >= 1:
+            enabled, dtype = config_probe.autocast_state("cuda" if self.clock.use_events else "cpu")
+            self.config.autocast_enabled = enabled
+            self.config.autocast_dtype = dtype
+            self._autocast_seen = True
+
+    def _saw_batch(self, tensors: list[TensorInfo]) -> None:
+        self.config.batch = tensors
+
+    def _classify(self, index: int) -> tuple[bool, bool, bool]:
+        warmup = index < self.warmup
+        profiled = self.options.profile_steps > 0 and self.warmup <= index < self.warmup + self.options.profile_steps
+        return warmup, profiled, index == self.flop_step
+
+    def _step_end(self, index: int) -> None:
+        if self.flop_step is not None:
+            if index == self.flop_step - 1 and not self.config.compiled:
+                # Not on compiled models: a dispatch mode around compiled code forces recompiles.
+                self._counter = OpCounter(lambda: self.tracker.active or "other")
+                self._counter.__enter__()
+            elif index == self.flop_step and self._counter is not None:
+                self._finish_counter()
+        if index == self.warmup - 1 or (self.warmup == 0 and index == 0):
+            config_probe.global_settings(self.config)
+        self._profile_step(index)
+        if self.on_step is not None:
+            self.on_step(index, self)
+        if self.options.steps is not None and index + 1 >= self.options.steps:
+            raise StopRun()
+
+    def _finish_counter(self) -> None:
+        counter, self._counter = self._counter, None
+        if counter is None:
+            return
+        counter.__exit__(None, None, None)
+        work = {k: v for k, v in counter.ops.items() if k != "data_wait"}
+        self.config.aten_ops_per_step = sum(work.values())
+        self.config.aten_ops_by_phase = dict(counter.ops)
+        self.config.flops_by_phase = dict(counter.flops)
+        self.config.flops_per_step = sum(v for k, v in counter.flops.items() if k != "data_wait")
+
+    def _profile_step(self, index: int) -> None:
+        n = self.options.profile_steps
+        if n <= 0:
+            return
+        if index == self.warmup - 1 and self._profile is None:
+            from stave.trace.profile_window import ProfileWindow
+
+            out_dir = os.path.join(self._stats_dir, "profile")
+            self._profile = ProfileWindow(out_dir, n)
+            self._profile.start()
+        elif self._profile is not None:
+            self._profile.step()
+            if index >= self.warmup + n - 1:
+                self._stop_profile()
+
+    def _stop_profile(self) -> None:
+        window, self._profile = self._profile, None
+        if window is not None:
+            path = window.stop()
+            self.profile_trace_path = str(path) if path else None
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Install hooks, start the monitor (and the periodic record writer, if asked)."""
+        from stave.monitor.sampler import Monitor
+
+        if self._started:
+            return
+        self._started = True
+        self.tracker.classify = self._classify
+        self.tracker.on_step_end = self._step_end
+        self.run.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self._t0 = time.perf_counter_ns()
+        self.loop.install()
+        self.loader.install()
+        self.copies.install()
+        self.monitor = Monitor(
+            position=self.tracker.position,
+            worker_pids=self.loader.worker_pids,
+            main_thread_id=self.tracker.main_thread_id,
+            device=dev.resolve_device(None),
+            host_interval_s=self.options.host_interval_s,
+            stack_interval_s=self.options.stack_interval_s,
+            stacks=self.options.stacks,
+        )
+        self.monitor.start()
+        if self.options.record_path:
+            self._record_thread = threading.Thread(target=self._record_loop, name="stave-record", daemon=True)
+            self._record_thread.start()
+
+    def stop(self) -> RunRecord:
+        """Remove every hook, stop workers and threads, and return the record (idempotent)."""
+        if self._stopped:
+            return self._record
+        self._stopped = True
+        if self._counter is not None:
+            self._counter.__exit__(None, None, None)
+            self._counter = None
+        self._stop_profile()
+        self.copies.uninstall()
+        self.loop.uninstall()
+        self.loader.shutdown_workers()
+        main_stats = self.loader.main_process_stats()
+        self.loader.uninstall()
+        self._record_stop.set()
+        if self._record_thread is not None:
+            self._record_thread.join(timeout=30)
+        if self.monitor is not None:
+            self.monitor.stop()
+        # Resolving the last steps' GPU events needs them complete; the user's loop is over, so
+        # this synchronization costs them nothing.
+        dev.synchronize()
+        self.tracker.finish()
+        if self.config.torch_threads is None:
+            config_probe.global_settings(self.config)
+        self._record = self._build_record(main_stats)
+        self._model = None
+        if self.options.probes and self._record.steps:
+            self._record.probes = self._run_probes()
+        if self.options.record_path:
+            self.write_record(self.options.record_path)
+        shutil.rmtree(self._stats_dir, ignore_errors=True)
+        return self._record
+
+    def _run_probes(self) -> Any:
+        from stave.monitor.probes import run_probes
+
+        threads = self.config.torch_threads or torch.get_num_threads()
+        return run_probes(threads, dev.resolve_device(None))
+
+    # --- the record ----------------------------------------------------------------------------------
+
+    def _build_record(self, main_stats: Any) -> RunRecord:
+        run = self.run
+        run.wall_ns = time.perf_counter_ns() - self._t0
+        run.stave_version = __version__
+        run.torch_version = torch.__version__
+        run.python_version = platform.python_version()
+        run.platform = platform.platform()
+        run.hostname = socket.gethostname()
+        run.pid = os.getpid()
+        run.cpu_model = dev.cpu_model_name()
+        run.cores_usable = dev.usable_cores()
+        run.cores_total = os.cpu_count()
+        run.ram_total_bytes = psutil.virtual_memory().total
+        run.requested_steps = self.options.steps
+        run.profile_steps = self.options.profile_steps
+        steps = list(self.tracker.steps)
+        if self.options.warmup is None and len(steps) < 2 * DEFAULT_WARMUP:
+            # A short run: keep at least three quarters of its steps in the statistics.
+            self.warmup = min(self.warmup, max(1, len(steps) // 4))
+            for s in steps:
+                s.warmup = s.index < self.warmup
+        run.warmup_steps = self.warmup
+        info = dev.describe_device(None)
+        cfg = self.config
+        cfg.device_type, cfg.device_name = info.type, info.name
+        cfg.device_capability = list(info.compute_capability) if info.compute_capability else None
+        cfg.device_total_memory_bytes = info.total_memory_bytes
+        cfg.bf16_native = info.bf16_native
+        cfg.optimizers = list(self._optimizers.values())
+        cfg.loaders = list(self.loader.loaders.values())
+        for loader in cfg.loaders:
+            loader.dataset_bytes_on_disk, loader.dataset_files = config_probe.dataset_size_on_disk(loader.dataset_paths)
+        counted = [s for s in steps if s.counted]
+        if counted:
+            cfg.forward_calls_per_step = sum(s.forward_calls for s in counted) / len(counted)
+        workers = read_worker_files(self._stats_dir)
+        if main_stats is not None and main_stats.samples:
+            workers.insert(0, main_stats.to_worker_stats())
+        record = RunRecord(
+            run=run,
+            config=cfg,
+            steps=steps,
+            host=self.monitor.host_samples() if self.monitor else [],
+            workers=workers,
+            copies=list(self.copies.copies.values()),
+            syncs=list(self.copies.syncs.values()),
+            cuda_calls=dict(self.copies.cuda_calls),
+            stacks=self.monitor.stack_profile() if self.monitor else None,
+            spans=list(self.tracker.timeline),
+        )
+        if record.stacks is None:
+            from stave.measure.stacks import StackProfile
+
+            record.stacks = StackProfile()
+        if not steps:
+            record.notes.append(
+                "no optimizer.step() was seen: stave measures steps at optimizer.step(); "
+                "a script that never calls it (inference, a custom update) has no steps to analyze"
+            )
+        return record
+
+    def partial_record(self) -> RunRecord:
+        """What has been measured so far (for the periodic write while the script runs)."""
+        run = dataclasses.replace(self.run, stopped_by="running")
+        return RunRecord(
+            run=run,
+            config=self.config,
+            steps=list(self.tracker.steps),
+            host=self.monitor.host_samples() if self.monitor else [],
+        )
+
+    def write_record(self, path: str) -> None:
+        """Write the final record (JSON) atomically."""
+        atomic_write_json(path, self._record.to_dict(), indent=None)
+
+    def _record_loop(self) -> None:
+        path = self.options.record_path
+        assert path is not None
+        while not self._record_stop.wait(self.options.record_interval_s):
+            try:
+                atomic_write_json(path, self.partial_record().to_dict(), indent=None)
+            except (OSError, ValueError) as exc:
+                log.warning("could not write the periodic record to %s: %s", path, exc)
+

@@ -1,0 +1,205 @@
+"""Step and phase accounting on the main thread.
+
+Hooks call :meth:`StepTracker.enter` / :meth:`StepTracker.exit` around data fetches, copies,
+forward, backward and the optimizer. Only the outermost phase of the main thread counts (a
+module called while loading data is data loading; a copy inside forward is forward), so the
+phases never overlap and add up to at most the step.
+
+Step boundaries come from ``optimizer.step()``. With several optimizers, a step is one full cycle
+of them: the cycle is learned when the first optimizer steps a second time, and the first step
+is closed then, retroactively, at the end of the cycle's last ``step()``.
+
+On a GPU every boundary also records a CUDA event (``device.StepClock``); steps are resolved from
+the events once the GPU has passed them, so no synchronization is added to the user's loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+from stave.device import Mark, StepClock
+from stave.measure.steps import PhaseSpan, StepRecord
+
+log = logging.getLogger(__name__)
+
+# Spans kept for the --timeline output; older ones are dropped (a long run would otherwise grow
+# without bound). 200k spans is a few hours of a typical loop and ~20 MB.
+MAX_TIMELINE_SPANS = 200_000
+
+
+@dataclass
+class _Span:
+    phase: str
+    start: Mark
+    end: Mark
+    samples: int = 0
+    nbytes: int = 0
+
+
+@dataclass
+class _PendingStep:
+    index: int
+    start: Mark
+    end: Mark
+    spans: list[_Span] = field(default_factory=list)
+    comm_wait_ns: int = 0
+    warmup: bool = False
+    profiled: bool = False
+    flop_counted: bool = False
+
+
+class StepTracker:
+    """Turns hook calls into :class:`StepRecord`s.
+
+    ``on_step_end(index)`` is called on the main thread right after step ``index`` closes; it
+    may raise (``--steps`` reached) to stop the script.
+    """
+
+    def __init__(self, clock: StepClock, main_thread_id: int | None = None) -> None:
+        self.clock = clock
+        self.main_thread_id = main_thread_id if main_thread_id is not None else threading.get_ident()
+        self.steps: list[StepRecord] = []
+        self.timeline: list[PhaseSpan] = []
+        self.step_index = 0
+        self.active: str | None = None
+        self._active_start: Mark | None = None
+        self._active_samples = 0
+        self._active_bytes = 0
+        self._spans: list[_Span] = []
+        self._step_start: Mark = clock.mark()
+        self._pending: list[_PendingStep] = []
+        self._cycle_len: int | None = None
+        self._cycle_seen: set[int] = set()
+        self._cycle_count = 0
+        self._last_post: Mark | None = None
+        self._pending_comm_ns = 0
+        self.classify: Callable[[int], tuple[bool, bool, bool]] = lambda index: (False, False, False)
+        self.on_step_end: Callable[[int], None] = lambda index: None
+
+    # --- phases ---------------------------------------------------------------------------------
+
+    def position(self) -> tuple[int, str]:
+        """(current step index, current phase) for the sampler thread."""
+        return self.step_index, self.active or "other"
+
+    def enter(self, phase: str) -> bool:
+        """Start ``phase`` if the main thread is in no phase; returns whether this call owns it."""
+        if self.active is not None or threading.get_ident() != self.main_thread_id:
+            return False
+        self.active = phase
+        self._active_start = self.clock.mark()
+        self._active_samples = 0
+        self._active_bytes = 0
+        return True
+
+    def add_to_active(self, samples: int = 0, nbytes: int = 0) -> None:
+        """Attach samples (a fetched batch) or bytes (a copy) to the open phase of the main thread."""
+        if self.active is None or threading.get_ident() != self.main_thread_id:
+            return
+        self._active_samples += samples
+        self._active_bytes += nbytes
+
+    def exit(self, owned: bool) -> None:
+        """End the phase opened by the matching :meth:`enter` that returned ``owned``."""
+        if not owned or self._active_start is None:
+            return
+        end = self.clock.mark()
+        span = _Span(self.active or "other", self._active_start, end, self._active_samples, self._active_bytes)
+        self._spans.append(span)
+        self.active = None
+        self._active_start = None
+
+    # --- optimizer boundaries -------------------------------------------------------------------
+
+    def optimizer_pre(self, optimizer_id: int) -> None:
+        """Called before each ``optimizer.step()``."""
+        if self._cycle_len is None:
+            if optimizer_id in self._cycle_seen and self._last_post is not None:
+                # The first optimizer stepped again: the cycle is complete and the first step
+                # ended at the previous step()'s end.
+                self._cycle_len = len(self._cycle_seen)
+                self._close(self._last_post)
+            else:
+                self._cycle_seen.add(optimizer_id)
+
+    def optimizer_post(self, optimizer_id: int) -> None:
+        """Called after each ``optimizer.step()`` (its time is already closed as a phase)."""
+        self._last_post = self.clock.mark()
+        if self._cycle_len is None:
+            return
+        self._cycle_count += 1
+        if self._cycle_count >= self._cycle_len:
+            self._cycle_count = 0
+            self._close(self._last_post)
+
+    def add_comm_wait(self, ns: int) -> None:
+        """Time the current step spent waiting inside a collective (distributed runs)."""
+        self._pending_comm_ns += ns
+
+    def finish(self) -> None:
+        """At the end of the run: resolve what the GPU has finished (caller synchronizes first).
+
+        Spans after the last completed step belong to no step and are left out.
+        """
+        self._resolve(final=True)
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def _close(self, end: Mark) -> None:
+        index = self.step_index
+        mine = [s for s in self._spans if s.start.host_ns < end.host_ns]
+        self._spans = [s for s in self._spans if s.start.host_ns >= end.host_ns]
+        warmup, profiled, flop = self.classify(index)
+        pending = _PendingStep(index, self._step_start, end, mine, self._pending_comm_ns,
+                               warmup, profiled, flop)
+        self._pending_comm_ns = 0
+        self._pending.append(pending)
+        self._step_start = end
+        self.step_index = index + 1
+        for span in mine:
+            if len(self.timeline) >= MAX_TIMELINE_SPANS:
+                break
+            self.timeline.append(PhaseSpan(span.phase, span.start.host_ns, span.end.host_ns, index))
+        self._resolve(final=False)
+        self.on_step_end(index)
+
+    def _resolve(self, final: bool) -> None:
+        while self._pending:
+            step = self._pending[0]
+            if not final and not self.clock.ready(step.end):
+                return
+            self._pending.pop(0)
+            self.steps.append(self._to_record(step))
+
+    def _to_record(self, p: _PendingStep) -> StepRecord:
+        rec = StepRecord(
+            index=p.index,
+            start_ns=p.start.host_ns,
+            end_ns=p.start.host_ns + self.clock.elapsed_ns(p.start, p.end),
+            comm_wait_ns=p.comm_wait_ns,
+            warmup=p.warmup,
+            profiled=p.profiled,
+            flop_counted=p.flop_counted,
+            device_timed=p.end.event is not None,
+        )
+        for span in p.spans:
+            ns = max(0, self.clock.elapsed_ns(span.start, span.end))
+            rec.samples += span.samples
+            rec.h2d_bytes += span.nbytes
+            if span.phase == "data_wait":
+                rec.data_wait_ns += ns
+                rec.data_fetches += 1
+            elif span.phase == "h2d":
+                rec.h2d_ns += ns
+            elif span.phase == "forward":
+                rec.forward_ns += ns
+                rec.forward_calls += 1
+            elif span.phase == "backward":
+                rec.backward_ns += ns
+                rec.backward_calls += 1
+            elif span.phase == "optimizer":
+                rec.optimizer_ns += ns
+        return rec

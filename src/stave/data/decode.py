@@ -1,0 +1,304 @@
+"""Crop-aware image decoding: libjpeg-turbo through simplejpeg or PyTurboJPEG, Pillow as fallback.
+
+:func:`decode_crop` takes the crop box (chosen by the caller from the width and height stored in
+the index, before any pixel is decoded) and the output size, and makes the decoder do no more work
+than the crop needs:
+
+* **DCT-domain downscaling** (1/2, 1/4, 1/8): chosen only when the scaled crop still covers the
+  output size on both axes, so the final resize never upsamples from a reduced decode.
+* **Row region of interest**: for single-scan sequential JPEGs (the common case) the frame height
+  is shortened to the last MCU row the crop and the resize filter touch (see
+  :func:`stave.data.jpeg.with_frame_height`); libjpeg-turbo skips everything below it.
+  Rows above the crop must still be entropy-decoded (JPEG has no row index without restart
+  markers), and the column range cannot be narrowed through these bindings.
+* The crop and the antialiased resize are one Pillow ``resize(box=...)`` call on a zero-copy RGBX
+  view of the decoded rows, which releases the GIL like the decode does, so threads scale.
+
+Output equals Pillow's (full decode, crop, antialiased bilinear resize) within a mean absolute
+difference of 1-2 levels at full scale; reduced-scale decodes stay above 30 dB PSNR (tested).
+PNG and every other format go through Pillow. Decoders of untrusted bytes check the pixel count
+from the header before decoding (:data:`MAX_PIXELS`).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import math
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from PIL import Image
+
+from stave.data.jpeg import JpegInfo, is_jpeg, read_jpeg_info, with_frame_height
+from stave.errors import FormatError, InputError
+
+log = logging.getLogger(__name__)
+
+# Decompression-bomb bound: 2**28 pixels (a 16k x 16k photo) is far above any training image and
+# keeps one decode under ~1 GiB of RGBX memory.
+MAX_PIXELS = 1 << 28
+# DCT-domain scale denominators libjpeg-turbo implements with SIMD, largest first.
+REDUCED_SCALES = (8, 4, 2)
+# Rows kept below the crop for the resize filter's support and the chroma upsampler's context.
+_ROW_MARGIN_PX = 2
+# Pillow's bilinear filter, antialiased when downscaling (what torchvision uses on PIL images).
+RESAMPLE = Image.Resampling.BILINEAR
+BACKEND_ENV = "STAVE_JPEG_BACKEND"
+
+
+@dataclass(frozen=True)
+class CropBox:
+    """A crop in source pixel coordinates (floats allowed, as Pillow's ``resize(box=)`` takes)."""
+
+    x: float
+    y: float
+    w: float
+    h: float
+
+
+@dataclass(frozen=True)
+class DecodeInfo:
+    """How one image was decoded: the DCT scale denominator and the rows actually decoded."""
+
+    scale_denom: int
+    rows_decoded: int
+    rows_total: int
+
+
+class JpegBackend:
+    """A libjpeg-turbo binding: ``decode(data, denom, strict)`` returns an RGBX uint8 array."""
+
+    name = "abstract"
+
+    def decode_rgbx(self, data: bytes | bytearray | memoryview, width: int, height: int, denom: int, strict: bool) -> np.ndarray:
+        """Decode to (ceil(height/denom), ceil(width/denom), 4) uint8; ``strict`` fails on warnings."""
+        raise NotImplementedError
+
+
+class SimplejpegBackend(JpegBackend):
+    """simplejpeg (libjpeg-turbo linked in; releases the GIL while decoding)."""
+
+    name = "simplejpeg"
+
+    def __init__(self) -> None:
+        import simplejpeg
+
+        self._sj = simplejpeg
+
+    def decode_rgbx(self, data, width, height, denom, strict):  # noqa: D102 (documented on the base)
+        if denom == 1:
+            return self._sj.decode_jpeg(data, colorspace="RGBX", strict=strict)
+        # simplejpeg picks the smallest libjpeg scale whose output is at least min_width x
+        # min_height; asking for exactly ceil(side/denom) selects 1/denom.
+        return self._sj.decode_jpeg(
+            data,
+            colorspace="RGBX",
+            strict=strict,
+            min_width=-(-width // denom),
+            min_height=-(-height // denom),
+        )
+
+
+class TurbojpegBackend(JpegBackend):
+    """PyTurboJPEG (needs the system libturbojpeg; ctypes releases the GIL during the call)."""
+
+    name = "turbojpeg"
+
+    def __init__(self) -> None:
+        import turbojpeg
+
+        self._tj = turbojpeg.TurboJPEG()
+        self._pf = turbojpeg.TJPF_RGBX
+
+    def decode_rgbx(self, data, width, height, denom, strict):  # noqa: D102
+        # PyTurboJPEG reports decoder warnings (such as the skipped tail of a shortened frame) as
+        # Python warnings, not errors, so ``strict`` only matters for simplejpeg.
+        return self._tj.decode(bytes(data), pixel_format=self._pf, scaling_factor=(1, denom))
+
+
+_BACKENDS: dict[str, Callable[[], JpegBackend]] = {
+    "simplejpeg": SimplejpegBackend,
+    "turbojpeg": TurbojpegBackend,
+}
+_backend_cache: dict[str, JpegBackend | None] = {}
+
+
+def _try_backend(name: str) -> JpegBackend | None:
+    if name not in _backend_cache:
+        try:
+            _backend_cache[name] = _BACKENDS[name]()
+        except (ImportError, OSError, RuntimeError) as exc:
+            # PyTurboJPEG imports fine but raises when libturbojpeg.so is missing.
+            log.debug("JPEG backend %s unavailable: %s", name, exc)
+            _backend_cache[name] = None
+    return _backend_cache[name]
+
+
+def available_backends() -> list[str]:
+    """Names of the libjpeg-turbo bindings that load here, plus ``pillow`` (always)."""
+    return [name for name in _BACKENDS if _try_backend(name) is not None] + ["pillow"]
+
+
+def get_backend(name: str | None = None) -> JpegBackend | None:
+    """The JPEG backend to use; ``None`` means Pillow.
+
+    Default order: ``$STAVE_JPEG_BACKEND`` if set, then simplejpeg (a declared dependency), then
+    PyTurboJPEG, then Pillow with ``draft()``. Naming an unavailable backend is an error.
+    """
+    wanted = name or os.environ.get(BACKEND_ENV) or None
+    if wanted == "pillow":
+        return None
+    if wanted is not None:
+        if wanted not in _BACKENDS:
+            raise InputError(f"unknown JPEG backend {wanted!r}; choose one of {sorted(_BACKENDS) + ['pillow']}")
+        backend = _try_backend(wanted)
+        if backend is None:
+            raise InputError(f"JPEG backend {wanted!r} is not installed here; available: {available_backends()}")
+        return backend
+    for candidate in _BACKENDS:
+        backend = _try_backend(candidate)
+        if backend is not None:
+            return backend
+    log.warning("no libjpeg-turbo binding (simplejpeg, PyTurboJPEG) found; decoding JPEG with Pillow")
+    return None
+
+
+def choose_scale(box: CropBox, out_w: int, out_h: int) -> int:
+    """The largest DCT scale denominator whose scaled crop still covers the output on both axes."""
+    for denom in REDUCED_SCALES:
+        if box.w / denom >= out_w and box.h / denom >= out_h:
+            return denom
+    return 1
+
+
+def _rows_needed(info: JpegInfo, box: CropBox, denom: int) -> int:
+    """Full-resolution frame rows to decode so every row the crop and filter touch is exact."""
+    bottom = box.y + box.h
+    # The resize filter reads up to one scaled pixel past the box; the fancy chroma upsampler needs
+    # one more row of context; then round up to a whole MCU row.
+    rows = (math.ceil(bottom / denom) + _ROW_MARGIN_PX) * denom
+    rows = -(-rows // info.mcu_height_px) * info.mcu_height_px
+    return min(info.height, rows)
+
+
+def _check_pixels(width: int, height: int, name: str) -> None:
+    if width * height > MAX_PIXELS:
+        raise FormatError(f"{name}: {width}x{height} image exceeds the {MAX_PIXELS} pixel limit (decompression bomb?)")
+
+
+def _resize_rgbx(rgbx: np.ndarray, box: CropBox, denom: int, out_w: int, out_h: int) -> np.ndarray:
+    rows, cols = rgbx.shape[:2]
+    image = Image.frombuffer("RGBX", (cols, rows), rgbx, "raw", "RGBX", 0, 1)
+    scaled = (box.x / denom, box.y / denom, (box.x + box.w) / denom, (box.y + box.h) / denom)
+    # Clamp to the decoded area: a reduced decode rounds its size up, never down.
+    scaled = (max(0.0, scaled[0]), max(0.0, scaled[1]), min(float(cols), scaled[2]), min(float(rows), scaled[3]))
+    if scaled == (0.0, 0.0, float(cols), float(rows)) and (cols, rows) == (out_w, out_h):
+        return rgbx[:, :, :3]
+    out = image.resize((out_w, out_h), RESAMPLE, box=scaled)
+    return np.asarray(out)[:, :, :3]
+
+
+def decode_jpeg_crop(
+    data: bytes | memoryview,
+    box: CropBox,
+    out_w: int,
+    out_h: int,
+    backend: JpegBackend | None,
+    name: str = "JPEG",
+    allow_reduced: bool = True,
+    allow_rows: bool = True,
+) -> tuple[np.ndarray, DecodeInfo]:
+    """Decode the part of a JPEG under ``box`` and resize it to ``out_w`` x ``out_h`` RGB."""
+    info = read_jpeg_info(data, name)
+    _check_pixels(info.width, info.height, name)
+    denom = choose_scale(box, out_w, out_h) if allow_reduced else 1
+    if backend is None:
+        return _pillow_crop(data, box, out_w, out_h, denom, name, info)
+    rows = _rows_needed(info, box, denom) if allow_rows and info.truncatable else info.height
+    try:
+        if rows < info.height:
+            # The shortened frame leaves trailing scan data, which libjpeg reports as a warning.
+            rgbx = backend.decode_rgbx(with_frame_height(data, info, rows), info.width, rows, denom, strict=False)
+        else:
+            rgbx = backend.decode_rgbx(data, info.width, info.height, denom, strict=True)
+    except (ValueError, OSError, RuntimeError) as exc:
+        raise FormatError(f"{name}: cannot decode JPEG: {exc}") from exc
+    return _resize_rgbx(rgbx, box, denom, out_w, out_h), DecodeInfo(denom, rows, info.height)
+
+
+def _open_pillow(data: bytes | memoryview, name: str) -> Image.Image:
+    try:
+        image = Image.open(io.BytesIO(data))
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise FormatError(f"{name}: not a readable image ({exc})") from exc
+    _check_pixels(image.size[0], image.size[1], name)
+    return image
+
+
+def _pillow_crop(
+    data: bytes | memoryview, box: CropBox, out_w: int, out_h: int, denom: int, name: str, info: JpegInfo | None
+) -> tuple[np.ndarray, DecodeInfo]:
+    image = _open_pillow(data, name)
+    full_w, full_h = image.size
+    if denom > 1 and image.format == "JPEG":
+        image.draft("RGB", (-(-full_w // denom), -(-full_h // denom)))
+    try:
+        image = image.convert("RGB")
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise FormatError(f"{name}: cannot decode image: {exc}") from exc
+    scale_x = full_w / image.size[0]
+    scale_y = full_h / image.size[1]
+    actual = round(scale_x)
+    scaled = (box.x / scale_x, box.y / scale_y, (box.x + box.w) / scale_x, (box.y + box.h) / scale_y)
+    if scaled == (0.0, 0.0, float(image.size[0]), float(image.size[1])) and image.size == (out_w, out_h):
+        out = image
+    else:
+        out = image.resize((out_w, out_h), RESAMPLE, box=scaled)
+    return np.asarray(out), DecodeInfo(max(1, actual), full_h, full_h)
+
+
+def decode_encoded_crop(
+    data: bytes | memoryview,
+    box: CropBox,
+    out_w: int,
+    out_h: int,
+    backend: JpegBackend | None,
+    name: str = "image",
+    allow_reduced: bool = True,
+    allow_rows: bool = True,
+) -> tuple[np.ndarray, DecodeInfo]:
+    """Crop-aware decode of encoded bytes: JPEG through ``backend``, anything else through Pillow."""
+    if is_jpeg(data):
+        return decode_jpeg_crop(data, box, out_w, out_h, backend, name, allow_reduced, allow_rows)
+    return _pillow_crop(data, box, out_w, out_h, 1, name, None)
+
+
+def raw_crop(pixels: np.ndarray, box: CropBox, out_w: int, out_h: int) -> np.ndarray:
+    """Crop and resize stored uint8 pixels (HxWx1 or HxWx3) to ``out_w`` x ``out_h`` RGB."""
+    if pixels.shape[2] == 1:
+        pixels = np.repeat(pixels, 3, axis=2)
+    height, width = pixels.shape[:2]
+    if (box.x, box.y, box.w, box.h) == (0, 0, width, height) and (width, height) == (out_w, out_h):
+        return pixels
+    image = Image.fromarray(pixels)
+    return np.asarray(image.resize((out_w, out_h), RESAMPLE, box=(box.x, box.y, box.x + box.w, box.y + box.h)))
+
+
+def decode_full(data: bytes | memoryview, backend: JpegBackend | None = None, name: str = "image") -> np.ndarray:
+    """Decode encoded bytes to a full-size HxWx3 RGB uint8 array (JPEG via ``backend``)."""
+    if is_jpeg(data) and backend is not None:
+        info = read_jpeg_info(data, name)
+        _check_pixels(info.width, info.height, name)
+        try:
+            rgbx = backend.decode_rgbx(data, info.width, info.height, 1, strict=True)
+        except (ValueError, OSError, RuntimeError) as exc:
+            raise FormatError(f"{name}: cannot decode JPEG: {exc}") from exc
+        return np.ascontiguousarray(rgbx[:, :, :3])
+    image = _open_pillow(data, name)
+    try:
+        return np.asarray(image.convert("RGB"))
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise FormatError(f"{name}: cannot decode image: {exc}") from exc

@@ -1,0 +1,41 @@
+"""The doctor's facade: measurements in, a :class:`DoctorResult` (summary + ranked findings) out."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from stave.analyze.breakdown import summarize_steps
+from stave.analyze.result import DoctorResult, rank_summary
+from stave.diagnose.engine import run_rules
+from stave.diagnose.finding import rank_findings
+from stave.diagnose.inputs import DoctorInput
+from stave.measure.record import RunRecord
+
+
+def diagnose_records(records: Sequence[RunRecord], statuses: Sequence[str | None] | None = None) -> DoctorResult:
+    """Summarize and diagnose one record (single process) or several (one per rank).
+
+    The first record is the primary one (rank 0, or the only process); its findings are the
+    report's; with several ranks the per-rank rules ("ranks" kind) run too.
+    """
+    if not records:
+        raise ValueError("diagnose_records needs at least one record")
+    ordered = sorted(records, key=lambda r: r.run.rank)
+    primary = ordered[0]
+    summary = summarize_steps(primary.steps)
+    notes: list[str] = list(primary.notes)
+    findings = run_rules("doctor", DoctorInput(primary, summary), notes)
+    statuses = list(statuses) if statuses is not None else [None] * len(ordered)
+    ranks = [rank_summary(r, s) for r, s in zip(ordered, statuses)]
+    if len(ordered) > 1:
+        from stave.dist.timing import rank_timings  # per-rank reduction lives with the distributed code
+
+        findings = rank_findings(findings + run_rules("ranks", rank_timings(ordered), notes))
+    return DoctorResult(
+        record=primary,
+        summary=summary,
+        findings=findings,
+        ranks=ranks,
+        rank_records=list(ordered),
+        notes=notes,
+    )

@@ -1,0 +1,179 @@
+"""Short measurements the doctor takes after the user's script has ended (never during it).
+
+Three probes, each a ratio of two things run interleaved (A B A B) after a warm-up, so a noisy
+machine slows both sides alike:
+
+* bf16 vs fp32 matmul on the device: what mixed precision would buy the model's GEMMs. On CPU only
+  where the CPU has native bf16 (elsewhere bf16 is emulated and the answer is known: no).
+* the same fp32 matmul at the script's torch thread count vs one thread per usable core, only when
+  the script asked for more threads than it may use (oversubscription).
+* the fixed host cost of one tiny tensor op: the floor under every op the step launches.
+
+The probes never draw from a global generator (inputs come from a private ``torch.Generator``),
+and they restore every torch setting they touch, so the user's results are unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from stave import device as dev
+from stave.measure.record import ProbeResults
+
+log = logging.getLogger(__name__)
+
+# 1024x1024 GEMMs are the size of a transformer's or a wide CNN's per-layer GEMMs at small batch on
+# a CPU (a few ms each), long enough to time and short enough for several pairs within budget.
+CPU_MATMUL_SIZE = 1024
+# On a GPU a 1024 GEMM takes ~10 us and is launch-bound; 4096 keeps the tensor cores busy as a
+# training GEMM does, while still taking only ~1 ms in fp32 on current GPUs.
+GPU_MATMUL_SIZE = 4096
+# Tiny ops per timed window of the overhead probe: long enough that the clock's own cost vanishes.
+OVERHEAD_OPS_PER_WINDOW = 1000
+# Pairs (A then B) a ratio probe aims for; fewer are run when the budget runs out, never fewer
+# than MIN_PAIRS (a median of one pair would be a single noisy reading).
+TARGET_PAIRS = 7
+MIN_PAIRS = 3
+# Calls per timed window at most: beyond ~50 the window is long enough and more pairs help more.
+MAX_REPS = 50
+# Budget shares of the three probes (renormalized over those that run). The thread probe switches
+# thread pools, whose first calls after a switch are slow, so it gets as much as the bf16 probe.
+_SHARES = {"bf16": 0.45, "threads": 0.4, "overhead": 0.15}
+_SEED = 20240601  # the private generator's seed: fixed so the probe inputs are the same each run
+
+
+def _timed(fn: Callable[[], object], device: torch.device, reps: int) -> float:
+    """Seconds per call of ``fn`` over ``reps`` calls, the device drained before and after."""
+    dev.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    dev.synchronize(device)
+    return (time.perf_counter() - start) / reps
+
+
+def _interleaved_ratio(
+    a: Callable[[], object],
+    b: Callable[[], object],
+    device: torch.device,
+    deadline: float,
+    setup_a: Callable[[], None] | None = None,
+    setup_b: Callable[[], None] | None = None,
+) -> float | None:
+    """Median over A/B pairs of time(A) / time(B); ``None`` when MIN_PAIRS do not fit the budget.
+
+    ``setup_a``/``setup_b`` switch a setting before each side (the thread count); the first call
+    after a switch is run untimed, so the switch itself is not measured.
+    """
+
+    def run(fn: Callable[[], object], setup: Callable[[], None] | None, reps: int) -> float:
+        if setup is not None:
+            setup()
+            _timed(fn, device, 1)
+        return _timed(fn, device, reps)
+
+    # Warm-up (kernel selection, allocator, thread pool start-up) also gives the cost per call.
+    per_call = max(run(a, setup_a, 1), run(b, setup_b, 1), 1e-9)
+    left = deadline - time.perf_counter()
+    if left < MIN_PAIRS * 2 * per_call:
+        log.debug("probe skipped: %.3f s per call does not fit %.3f s left", per_call, left)
+        return None
+    reps = max(1, min(MAX_REPS, int(left / TARGET_PAIRS / (2 * per_call))))
+    ratios: list[float] = []
+    while len(ratios) < TARGET_PAIRS:
+        t0 = time.perf_counter()
+        ratios.append(run(a, setup_a, reps) / run(b, setup_b, reps))
+        pair_s = time.perf_counter() - t0
+        if len(ratios) >= MIN_PAIRS and time.perf_counter() + pair_s > deadline:
+            break
+    return statistics.median(ratios)
+
+
+def _matmul(size: int, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> Callable[[], object]:
+    a = torch.rand((size, size), generator=gen, device=device, dtype=torch.float32).to(dtype)
+    b = torch.rand((size, size), generator=gen, device=device, dtype=torch.float32).to(dtype)
+    return lambda: torch.mm(a, b)
+
+
+def _bf16_probe(device: torch.device, gen: torch.Generator, deadline: float) -> tuple[float | None, list[int]]:
+    size = GPU_MATMUL_SIZE if dev.is_cuda(device) else CPU_MATMUL_SIZE
+    # fp32 runs as the script left it (TF32 on or off): the question is what bf16 adds to that.
+    fp32 = _matmul(size, torch.float32, device, gen)
+    bf16 = _matmul(size, torch.bfloat16, device, gen)
+    return _interleaved_ratio(fp32, bf16, device, deadline), [size, size, size]
+
+
+def _threads_probe(torch_threads: int, cores: int, gen: torch.Generator, deadline: float) -> float | None:
+    cpu = torch.device("cpu")
+    mm = _matmul(CPU_MATMUL_SIZE, torch.float32, cpu, gen)
+    return _interleaved_ratio(
+        mm, mm, cpu, deadline,
+        setup_a=lambda: torch.set_num_threads(torch_threads),
+        setup_b=lambda: torch.set_num_threads(cores),
+    )
+
+
+def _overhead_probe(device: torch.device, deadline: float) -> float | None:
+    x = torch.ones(4, device=device)
+    y = torch.ones(4, device=device)
+
+    def window() -> None:
+        for _ in range(OVERHEAD_OPS_PER_WINDOW):
+            torch.add(x, y)
+
+    per_window: list[float] = []
+    with torch.no_grad():
+        _timed(window, device, 1)  # warm-up: dispatcher caches, allocator
+        while len(per_window) < TARGET_PAIRS:
+            per_window.append(_timed(window, device, 1))
+            if len(per_window) >= MIN_PAIRS and time.perf_counter() + per_window[-1] > deadline:
+                break
+    return statistics.median(per_window) / OVERHEAD_OPS_PER_WINDOW * 1e9
+
+
+def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float = 2.0) -> ProbeResults:
+    """Run the post-run probes within about ``budget_s`` seconds and return what they measured.
+
+    ``torch_threads`` is the thread count the script ran with. Probes that do not apply (bf16 on a
+    CPU without native bf16, threads when the script did not oversubscribe) are left ``None``.
+    """
+    if budget_s <= 0:
+        raise ValueError(f"budget_s must be > 0, got {budget_s}")
+    device = dev.resolve_device(device)
+    cores = dev.usable_cores()
+    planned = ["overhead"]
+    if dev.is_cuda(device) or dev.cpu_has_native_bf16():
+        planned.append("bf16")
+    if torch_threads > cores:
+        planned.append("threads")
+    total_share = sum(_SHARES[p] for p in planned)
+    out = ProbeResults()
+    saved_threads = torch.get_num_threads()
+    gen = torch.Generator(device=device)
+    gen.manual_seed(_SEED)
+    cpu_gen = gen if device.type == "cpu" else torch.Generator().manual_seed(_SEED)
+    start = time.perf_counter()
+    spent_share = 0.0
+    try:
+        with torch.no_grad():
+            for name in ("bf16", "threads", "overhead"):
+                if name not in planned:
+                    continue
+                spent_share += _SHARES[name] / total_share
+                deadline = start + budget_s * spent_share
+                if name == "bf16":
+                    out.bf16_speedup, out.bf16_probe_shape = _bf16_probe(device, gen, deadline)
+                elif name == "threads":
+                    out.threads_speedup = _threads_probe(torch_threads, cores, cpu_gen, deadline)
+                    out.threads_probe = [torch_threads, cores]
+                else:
+                    out.op_overhead_ns = _overhead_probe(device, deadline)
+    finally:
+        torch.set_num_threads(saved_threads)
+    log.debug("probes took %.2f s: %s", time.perf_counter() - start, out)
+    return out

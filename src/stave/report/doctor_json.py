@@ -1,0 +1,110 @@
+"""The doctor's JSON report, schema ``stave.doctor/1`` (documented in docs/schema.md).
+
+:func:`doctor_json` builds it from a :class:`~stave.analyze.result.DoctorResult`;
+:func:`validate_doctor_json` checks an object against the shipped JSON Schema.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+from stave.analyze.result import DoctorResult, RankSummary, rank_summary
+from stave.diagnose.finding import rank_findings
+from stave.measure.record import RunRecord
+from stave.measure.serialize import to_dict
+from stave.report import doctor_sections as sec
+from stave.report.hooks import missing_trace_note, trace_renderer
+from stave.report.schemas import schema_errors, validate_report
+
+SCHEMA = "stave.doctor/1"
+
+
+def doctor_json(result: DoctorResult) -> dict[str, Any]:
+    """The ``stave.doctor/1`` report of ``result``: JSON-safe (no NaN, no numpy types)."""
+    record = result.record
+    origin = sec.time_origin_ns(record)
+    trace_json = None
+    to_json = trace_renderer("to_json") if result.trace is not None else None
+    if to_json is not None:
+        trace_json = to_json(result.trace)
+    notes = sec.dedupe([*result.notes, *record.notes])
+    trace_note = missing_trace_note(result.trace, "to_json")
+    if trace_note:
+        notes.append(trace_note)
+    summary = sec.summary_section(result.summary, record)
+    summary["stack_samples"] = record.stacks.sample_count(sec.stack_window(record)[0])
+    summary["stack_interval_s"] = record.stacks.interval_ns / 1e9 if record.stacks.interval_ns else None
+    report = {
+        "schema": SCHEMA,
+        "run": sec.seconds_keys(to_dict(record.run)),
+        "config": sec.seconds_keys(to_dict(record.config)),
+        "summary": summary,
+        "ranks": ranks_section(result),
+        "steps": sec.steps_section(record, origin),
+        "utilization": sec.utilization_section(record, origin),
+        "data_pipeline": sec.data_pipeline_section(record),
+        "device": sec.device_section(record),
+        "hot_lines": sec.hot_lines_section(record),
+        "probes": sec.seconds_keys(to_dict(record.probes)),
+        "findings": [f.to_dict() for f in rank_findings(list(result.findings))],
+        "notes": notes,
+        "trace": trace_json,
+    }
+    return json_safe(report)
+
+
+def rank_rows(result: DoctorResult) -> list[tuple[RankSummary, RunRecord | None]]:
+    """Each rank's summary with its record (one row for a single process)."""
+    ranks = list(result.ranks) or [rank_summary(result.record)]
+    records = {r.run.rank: r for r in result.rank_records}
+    if len(ranks) == 1 and not records:
+        records[ranks[0].rank] = result.record
+    return [(r, records.get(r.rank)) for r in sorted(ranks, key=lambda r: r.rank)]
+
+
+def ranks_section(result: DoctorResult) -> list[dict[str, Any]]:
+    """The ``ranks`` array: per rank, the summary's shape plus rank, hostname, pid and status."""
+    rows = []
+    for rs, record in rank_rows(result):
+        body = sec.summary_section(rs.summary, record)
+        # The rank summary's peaks are authoritative when the rank's record did not travel back.
+        body["peak_rss_bytes"] = rs.peak_rss_bytes if rs.peak_rss_bytes is not None else body["peak_rss_bytes"]
+        body["peak_cuda_bytes"] = rs.peak_cuda_bytes if rs.peak_cuda_bytes is not None else body["peak_cuda_bytes"]
+        rows.append({"rank": rs.rank, "hostname": rs.hostname, "pid": rs.pid, "status": rs.status, **body})
+    return rows
+
+
+def json_safe(obj: Any) -> Any:
+    """Plain JSON types only: non-finite floats become ``None``, numpy/torch scalars and arrays
+    Python numbers and lists, tuples and sets lists, keys strings; anything else its ``str``."""
+    if obj is None or isinstance(obj, (str, bool)):
+        return obj
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, (set, frozenset)):
+        return [json_safe(v) for v in sorted(obj, key=str)]
+    if isinstance(obj, numbers.Integral):
+        return int(obj)
+    if isinstance(obj, numbers.Real):
+        value = float(obj)
+        return value if math.isfinite(value) else None
+    if getattr(obj, "shape", None) == () and hasattr(obj, "item"):
+        # A numpy scalar or 0-d tensor that slipped into evidence: its Python value.
+        return json_safe(obj.item())
+    if hasattr(obj, "tolist"):
+        return json_safe(obj.tolist())
+    return str(obj)
+
+
+def doctor_json_errors(obj: Any) -> list[str]:
+    """Every way ``obj`` breaks ``stave.doctor/1`` ("path: message"; empty when valid)."""
+    return schema_errors(obj, SCHEMA)
+
+
+def validate_doctor_json(obj: Any) -> None:
+    """Raise :class:`~stave.errors.FormatError` when ``obj`` is not a valid ``stave.doctor/1`` report."""
+    validate_report(obj, SCHEMA)

@@ -1,0 +1,160 @@
+"""The words of the doctor report, shared by the terminal and HTML renderers.
+
+What each counter is called and how it is formatted, the header lines, the loader lines: both
+renderers take them from here, so the terminal and the HTML say the same thing the same way.
+Inputs are parts of the ``stave.doctor/1`` dict.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Callable
+
+from stave.report.units import NA, fmt_byte_rate, fmt_bytes, fmt_count, fmt_pct, fmt_seconds, sig
+
+Formatter = Callable[[Any], str]
+
+
+def _watts(value: float | None) -> str:
+    return NA if value is None else f"{sig(value)} W"
+
+
+# (label, counter of HostSample, formatter) in reading order.
+HOST_ROWS: tuple[tuple[str, str, Formatter], ...] = (
+    ("CPU, main process (% of a core)", "cpu_main_pct", fmt_pct),
+    ("CPU, loader workers (% of a core)", "cpu_workers_pct", fmt_pct),
+    ("CPU, whole machine", "cpu_system_pct", fmt_pct),
+    ("iowait", "iowait_pct", fmt_pct),
+    ("disk reads", "disk_read_bytes_per_s", fmt_byte_rate),
+    ("RSS, process tree", "rss_bytes", fmt_bytes),
+    ("memory available", "mem_available_bytes", fmt_bytes),
+    ("swap in", "swap_in_bytes_per_s", fmt_byte_rate),
+    ("swap out", "swap_out_bytes_per_s", fmt_byte_rate),
+    ("pressure, CPU (PSI some)", "psi_cpu_some_pct", fmt_pct),
+    ("pressure, memory (PSI some)", "psi_memory_some_pct", fmt_pct),
+    ("pressure, I/O (PSI some)", "psi_io_some_pct", fmt_pct),
+)
+
+# Device rows, shown when the run used a GPU (on a CPU run they would all read "n/a").
+GPU_ROWS: tuple[tuple[str, str, Formatter], ...] = (
+    ("GPU utilization", "gpu_util_pct", fmt_pct),
+    ("GPU memory used", "gpu_mem_used_bytes", fmt_bytes),
+    ("GPU power", "gpu_power_w", _watts),
+    ("CUDA memory allocated", "cuda_allocated_bytes", fmt_bytes),
+    ("CUDA peak allocated", "cuda_peak_bytes", fmt_bytes),
+)
+
+_STOPPED_BY = {
+    "end": "the script finished",
+    "steps": "stopped after --steps",
+    "error": "the script raised",
+    "interrupt": "interrupted (Ctrl-C)",
+    "exit": "the script called sys.exit",
+}
+
+
+def utilization_rows(report: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(label, mean, min, max) of each counter over the summary's window; absent ones read "n/a"."""
+    util = report["summary"].get("utilization") or {}
+    rows = HOST_ROWS + (GPU_ROWS if report["config"].get("device_type") == "cuda" else ())
+    out = []
+    for label, key, fmt in rows:
+        stat = util.get(key)
+        out.append((label, NA, NA, NA) if stat is None else (label, fmt(stat["mean"]), fmt(stat["min"]),
+                                                              fmt(stat["max"])))
+    return out
+
+
+def utilization_window(report: dict[str, Any]) -> str:
+    """Which samples the utilization table covers, in words."""
+    util = report["summary"].get("utilization") or {}
+    where = "the counted steps" if util.get("window") == "counted_steps" else "the whole run"
+    return f"over {where} ({util.get('samples', 0)} samples)"
+
+
+def header_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """Script, machine, device, software, steps, exit and wall time."""
+    run, config, summary = report["run"], report["config"], report["summary"]
+    script = ("-m " if run.get("module") else "") + run.get("script", "")
+    command = " ".join([script, *map(shlex.quote, run.get("args", []))]).strip() or NA
+    cores = f"{_opt(run.get('cores_usable'))} of {_opt(run.get('cores_total'))} cores"
+    machine = (f"{run.get('hostname') or NA} · {run.get('cpu_model') or NA} · {cores} · "
+               f"{fmt_bytes(run.get('ram_total_bytes'))} RAM")
+    software = (f"torch {run.get('torch_version') or NA} · Python {run.get('python_version') or NA} · "
+                f"stave {run.get('stave_version') or NA}")
+    world = f" · rank {run['rank']} of {run['world_size']}" if run.get("world_size", 1) > 1 else ""
+    steps = f"{summary['steps']} counted of {summary['total_steps']} ({run.get('warmup_steps', 0)} warm-up){world}"
+    return [
+        ("script", command),
+        ("machine", machine),
+        ("device", device_text(config)),
+        ("software", software),
+        ("steps", steps),
+        ("exit", exit_text(run)),
+        ("wall", fmt_seconds(run.get("wall_s"))),
+    ]
+
+
+def _opt(value: Any) -> str:
+    return NA if value is None else str(value)
+
+
+def device_text(config: dict[str, Any]) -> str:
+    """The compute device in one line."""
+    if config.get("device_type") == "cuda":
+        cap = config.get("device_capability")
+        extra = f", compute capability {cap[0]}.{cap[1]}" if cap and len(cap) == 2 else ""
+        return f"cuda · {config.get('device_name') or NA} · {fmt_bytes(config.get('device_total_memory_bytes'))}{extra}"
+    return f"{config.get('device_type') or NA} (no GPU used)"
+
+
+def exit_text(run: dict[str, Any]) -> str:
+    """The script's exit code, how the run stopped, and the error if it raised."""
+    code = run.get("script_exit_code")
+    how = _STOPPED_BY.get(run.get("stopped_by", ""), run.get("stopped_by", ""))
+    text = f"{_opt(code)} ({how})" if how else _opt(code)
+    if run.get("error"):
+        text += f": {run['error']}"
+    return text
+
+
+def loader_text(loader: dict[str, Any]) -> str:
+    """One DataLoader's speed-relevant settings and its first-batch wait, in one line."""
+    size = f" ({fmt_count(loader['dataset_len'])} samples)" if loader.get("dataset_len") is not None else ""
+    waits = loader.get("first_batch_wait_s") or []
+    first = f"; first batch after {fmt_seconds(max(waits))}" if waits else ""
+    return (
+        f"loader {loader['loader_id']}: {loader.get('dataset_type', '?')}{size}, batch "
+        f"{_opt(loader['batch_size'])}, {loader['num_workers']} workers, pin_memory {_on(loader['pin_memory'])}, "
+        f"persistent_workers {_on(loader['persistent_workers'])}, prefetch_factor {_opt(loader['prefetch_factor'])}"
+        f"{first}"
+    )
+
+
+def _on(flag: bool) -> str:
+    return "on" if flag else "off"
+
+
+def io_text(io: dict[str, Any]) -> str:
+    """The loader workers' I/O per sample in one line."""
+    return (
+        f"worker I/O per sample: {_num(io['opens_per_sample'])} opens, {_num(io['reads_per_sample'])} reads, "
+        f"{fmt_bytes(io['bytes_per_read'])} per read, {fmt_bytes(io['read_bytes_per_sample'])} from storage"
+    )
+
+
+def _num(value: float | None) -> str:
+    return NA if value is None else sig(value)
+
+
+def stack_text(summary: dict[str, Any]) -> str:
+    """How many stack samples the top-lines table rests on, and how often they were taken."""
+    text = f"{summary['stack_samples']} stack samples"
+    if summary.get("stack_interval_s"):
+        text += f", one every {fmt_seconds(summary['stack_interval_s'])}"
+    return text
+
+
+def line_location(hot: dict[str, Any]) -> str:
+    """A source location as "file.py:12 function" (the directory is in the JSON)."""
+    return f"{hot['file'].rsplit('/', 1)[-1]}:{hot['line']} {hot['function']}"

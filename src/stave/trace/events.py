@@ -1,0 +1,93 @@
+"""The fields of a Kineto / Chrome trace event that the analysis reads, as typed msgspec structs.
+
+Decoding straight into these structs is what makes the reader fast: msgspec's C decoder skips every
+field not declared here (call stacks, input shapes, concrete inputs) without building Python
+objects for them. Traces are written by many PyTorch versions and by hand-made tools, so a field
+with an unexpected type does not fail the file: :func:`event_from_dict` rebuilds the event leniently,
+dropping only the fields it cannot use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class EventArgs(msgspec.Struct, gc=False):
+    """The ``args`` keys stave uses (absent keys are ``None``)."""
+
+    correlation: int | None = None
+    external_id: int | None = msgspec.field(default=None, name="External id")
+    nbytes: int | None = msgspec.field(default=None, name="bytes")
+    stream: int | str | None = None
+    device: int | None = None
+    size: int | str | None = None
+    name: str | None = None
+    labels: str | None = None
+    total_allocated: int | None = msgspec.field(default=None, name="Total Allocated")
+    device_type: int | None = msgspec.field(default=None, name="Device Type")
+    device_id: int | None = msgspec.field(default=None, name="Device Id")
+
+
+class Event(msgspec.Struct, gc=False):
+    """One trace event. ``ts``/``dur`` are microseconds as written (int or float)."""
+
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: int | float | None = None
+    dur: int | float | None = None
+    args: EventArgs | None = None
+
+
+EVENT_LIST_DECODER = msgspec.json.Decoder(list[Event])
+
+_EVENT_FIELDS: dict[str, tuple[type, ...]] = {
+    "ph": (str,),
+    "cat": (str,),
+    "name": (str,),
+    "pid": (int, str),
+    "tid": (int, str),
+    "ts": (int, float),
+    "dur": (int, float),
+}
+_ARG_FIELDS: dict[str, tuple[str, tuple[type, ...]]] = {
+    "correlation": ("correlation", (int,)),
+    "External id": ("external_id", (int,)),
+    "bytes": ("nbytes", (int,)),
+    "stream": ("stream", (int, str)),
+    "device": ("device", (int,)),
+    "size": ("size", (int, str)),
+    "name": ("name", (str,)),
+    "labels": ("labels", (str,)),
+    "Total Allocated": ("total_allocated", (int,)),
+    "Device Type": ("device_type", (int,)),
+    "Device Id": ("device_id", (int,)),
+}
+
+
+def _ok(value: Any, types: tuple[type, ...]) -> bool:
+    # bool is an int subclass in Python but never a valid id or time in a trace.
+    return isinstance(value, types) and not isinstance(value, bool)
+
+
+def event_from_dict(obj: Any) -> Event | None:
+    """Build an :class:`Event` from a decoded JSON object, keeping only well-typed fields.
+
+    Returns ``None`` when ``obj`` is not an object at all (the caller counts it as skipped).
+    """
+    if not isinstance(obj, dict):
+        return None
+    fields = {key: obj[key] for key, types in _EVENT_FIELDS.items() if key in obj and _ok(obj[key], types)}
+    raw_args = obj.get("args")
+    if isinstance(raw_args, dict):
+        args = {
+            attr: raw_args[key]
+            for key, (attr, types) in _ARG_FIELDS.items()
+            if key in raw_args and _ok(raw_args[key], types)
+        }
+        fields["args"] = EventArgs(**args)
+    return Event(**fields)

@@ -1,0 +1,325 @@
+"""Columnar tables of one trace: host events and GPU activities as numpy arrays (int64 ns).
+
+A multi-GB trace has millions of events; as Python objects they would take several times the file's
+size. Here each decoded piece is turned into a few numpy columns at once and the event structs are
+dropped, so memory grows by ~40 bytes per kept event and nothing else. Names are interned once.
+
+Times: Kineto writes microseconds, as integers or with a fractional part (newer PyTorch). They are
+converted to integer nanoseconds through the integer and fractional parts separately, so a
+16-digit microsecond timestamp keeps its precision.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stave.errors import FormatError
+from stave.trace.events import Event
+from stave.trace.reader import ReadStats, TraceReader
+
+log = logging.getLogger(__name__)
+
+# Host event categories (codes kept in ``HostTable.cat``).
+CPU_OP, ANNOTATION, PYTHON, RUNTIME = 0, 1, 2, 3
+HOST_CATS: dict[str, int] = {
+    "cpu_op": CPU_OP,
+    "operator": CPU_OP,
+    "Operator": CPU_OP,
+    "user_annotation": ANNOTATION,
+    "python_function": PYTHON,
+    "cuda_runtime": RUNTIME,
+    "cuda_driver": RUNTIME,
+    "Runtime": RUNTIME,
+    "Driver": RUNTIME,
+}
+# GPU activity kinds (codes kept in ``GpuTable.kind``).
+KERNEL, MEMCPY, MEMSET = 0, 1, 2
+GPU_CATS: dict[str, int] = {
+    "kernel": KERNEL,
+    "Kernel": KERNEL,
+    "gpu_memcpy": MEMCPY,
+    "Memcpy": MEMCPY,
+    "gpu_memset": MEMSET,
+    "Memset": MEMSET,
+}
+# Distinct names kept before new names share one bucket: real traces have well under 100k distinct
+# op and kernel names; more means generated names, and the table would dominate memory.
+MAX_DISTINCT_NAMES = 500_000
+OVERFLOW_NAME = "(other names: name table full)"
+# [memory] events: "Device Type" 1 is CUDA (c10::DeviceType), 0 is CPU.
+CUDA_DEVICE_TYPE = 1
+
+_STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+def us_to_ns(values: list[Any]) -> np.ndarray:
+    """Microsecond timestamps (int or float) to int64 nanoseconds, exact for integers below 2**53."""
+    if not values:
+        return np.zeros(0, dtype=np.int64)
+    arr = np.asarray(values, dtype=np.float64)
+    whole = np.floor(arr)
+    return whole.astype(np.int64) * 1000 + np.rint((arr - whole) * 1000).astype(np.int64)
+
+
+@dataclass
+class HostTable:
+    """Host-side spans (ops, annotations, Python frames, CUDA runtime calls), one row each."""
+
+    start: np.ndarray
+    end: np.ndarray
+    thread: np.ndarray
+    name: np.ndarray
+    cat: np.ndarray
+    corr: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+@dataclass
+class GpuTable:
+    """GPU activities (kernels, memcpy, memset), one row each; ``nbytes`` is -1 when unknown."""
+
+    start: np.ndarray
+    end: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    name: np.ndarray
+    kind: np.ndarray
+    corr: np.ndarray
+    nbytes: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+@dataclass
+class TraceData:
+    """Everything the analyses read from one trace file."""
+
+    path: str
+    stats: ReadStats
+    names: list[str]
+    threads: list[tuple[Any, Any]]
+    thread_names: dict[tuple[Any, Any], str]
+    host: HostTable
+    gpu: GpuTable
+    profiler_span: tuple[int, int] | None
+    memory_peak_bytes: dict[str, int] = field(default_factory=dict)
+    skipped_no_time: int = 0
+    other_phases: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """Top-level keys of the file other than ``traceEvents``."""
+        return self.stats.metadata
+
+    def step_name_ids(self) -> dict[int, int]:
+        """Name id -> step number, for every ``ProfilerStep#N`` name."""
+        out = {}
+        for i, n in enumerate(self.names):
+            m = _STEP_NAME.match(n)
+            if m:
+                out[i] = int(m.group(1))
+        return out
+
+    def name_ids_where(self, predicate: Any) -> np.ndarray:
+        """Sorted ids of the names for which ``predicate(name)`` is true."""
+        return np.array([i for i, n in enumerate(self.names) if predicate(n)], dtype=np.int64)
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.name_ids: dict[str, int] = {}
+        self.thread_ids: dict[tuple[Any, Any], int] = {}
+        self.thread_names: dict[tuple[Any, Any], str] = {}
+        self.host_parts: list[tuple[np.ndarray, ...]] = []
+        self.gpu_parts: list[tuple[np.ndarray, ...]] = []
+        self.sizes_by_corr: dict[int, int] = {}
+        self.profiler_span: list[int] = []
+        self.memory_peak: dict[str, int] = {}
+        self.skipped_no_time = 0
+        self.other_phases: dict[str, int] = {}
+
+    def _names(self, names: list[str]) -> list[int]:
+        return _intern(self.name_ids, names, MAX_DISTINCT_NAMES, OVERFLOW_NAME)
+
+    def add(self, events: list[Event]) -> None:
+        xs = [e for e in events if e.ph == "X"]
+        if len(xs) != len(events):
+            self._add_other(e for e in events if e.ph != "X")
+        timed = [e for e in xs if e.ts is not None]
+        self.skipped_no_time += len(xs) - len(timed)
+        host = [e for e in timed if e.cat in HOST_CATS]
+        gpu = [e for e in timed if e.cat in GPU_CATS]
+        if len(host) + len(gpu) != len(timed):
+            for e in timed:
+                if e.cat == "Trace":
+                    start = us_to_ns([e.ts])[0]
+                    self.profiler_span.append(int(start))
+                    self.profiler_span.append(int(start + us_to_ns([e.dur or 0])[0]))
+        if host:
+            self._add_host(host)
+        if gpu:
+            self._add_gpu(gpu)
+
+    def _add_other(self, events: Any) -> None:
+        for e in events:
+            if e.ph == "M":
+                if e.name == "thread_name" and e.args is not None and e.args.name is not None:
+                    self.thread_names[(e.pid, e.tid)] = e.args.name
+            elif e.ph in ("i", "I") and e.name == "[memory]" and e.args is not None:
+                a = e.args
+                if a.total_allocated is not None:
+                    key = "cuda" if a.device_type == CUDA_DEVICE_TYPE else "cpu"
+                    if a.device_type == CUDA_DEVICE_TYPE and a.device_id is not None:
+                        key = f"cuda:{a.device_id}"
+                    self.memory_peak[key] = max(self.memory_peak.get(key, 0), a.total_allocated)
+            elif e.ph not in ("s", "f", "t", "i", "I", "C"):
+                self.other_phases[e.ph] = self.other_phases.get(e.ph, 0) + 1
+
+    def _add_host(self, host: list[Event]) -> None:
+        start = us_to_ns([e.ts for e in host])
+        dur = us_to_ns([e.dur or 0 for e in host])
+        tids = self.thread_ids
+        thread = _intern(tids, [(e.pid, e.tid) for e in host], MAX_DISTINCT_NAMES, ("", "(other threads)"))
+        cats = [HOST_CATS[e.cat] for e in host]
+        corr = [
+            a.correlation if (a := e.args) is not None and a.correlation is not None else -1 for e in host
+        ]
+        for e in host:
+            a = e.args
+            if a is not None and a.size is not None and a.correlation is not None:
+                size = _as_int(a.size)
+                if size is not None:
+                    self.sizes_by_corr[a.correlation] = size
+        self.host_parts.append(
+            (
+                start,
+                start + np.maximum(dur, 0),
+                np.asarray(thread, dtype=np.int32),
+                np.asarray(self._names([e.name for e in host]), dtype=np.int32),
+                np.asarray(cats, dtype=np.int8),
+                np.asarray(corr, dtype=np.int64),
+            )
+        )
+
+    def _add_gpu(self, gpu: list[Event]) -> None:
+        start = us_to_ns([e.ts for e in gpu])
+        dur = us_to_ns([e.dur or 0 for e in gpu])
+        device, stream, corr, nbytes = [], [], [], []
+        for e in gpu:
+            a = e.args
+            if a is None:
+                device.append(e.pid if isinstance(e.pid, int) else -1)
+                stream.append(e.tid if isinstance(e.tid, int) else -1)
+                corr.append(-1)
+                nbytes.append(-1)
+                continue
+            device.append(a.device if a.device is not None else (e.pid if isinstance(e.pid, int) else -1))
+            s = a.stream if isinstance(a.stream, int) else _as_int(a.stream)
+            stream.append(s if s is not None else (e.tid if isinstance(e.tid, int) else -1))
+            corr.append(a.correlation if a.correlation is not None else -1)
+            nbytes.append(a.nbytes if a.nbytes is not None else -1)
+        self.gpu_parts.append(
+            (
+                start,
+                start + np.maximum(dur, 0),
+                np.asarray(device, dtype=np.int32),
+                np.asarray(stream, dtype=np.int64),
+                np.asarray(self._names([e.name for e in gpu]), dtype=np.int32),
+                np.asarray([GPU_CATS[e.cat] for e in gpu], dtype=np.int8),
+                np.asarray(corr, dtype=np.int64),
+                np.asarray(nbytes, dtype=np.int64),
+            )
+        )
+
+    def finish(self, path: str, stats: ReadStats) -> TraceData:
+        host = _concat(self.host_parts, (np.int64, np.int64, np.int32, np.int32, np.int8, np.int64))
+        gpu = _concat(
+            self.gpu_parts, (np.int64, np.int64, np.int32, np.int64, np.int32, np.int8, np.int64, np.int64)
+        )
+        self.host_parts.clear()
+        self.gpu_parts.clear()
+        gpu_table = GpuTable(*gpu)
+        if self.sizes_by_corr and len(gpu_table):
+            # ROCm writes the size of a copy on the runtime call only: join it by correlation id.
+            missing = np.nonzero((gpu_table.nbytes < 0) & (gpu_table.kind == MEMCPY))[0]
+            for i in missing:
+                size = self.sizes_by_corr.get(int(gpu_table.corr[i]))
+                if size is not None:
+                    gpu_table.nbytes[i] = size
+        names = [""] * len(self.name_ids)
+        for n, i in self.name_ids.items():
+            names[i] = n
+        threads = [("", "")] * len(self.thread_ids)
+        for k, i in self.thread_ids.items():
+            threads[i] = k
+        span = (min(self.profiler_span), max(self.profiler_span)) if self.profiler_span else None
+        return TraceData(
+            path=path,
+            stats=stats,
+            names=names,
+            threads=threads,
+            thread_names=self.thread_names,
+            host=HostTable(*host),
+            gpu=gpu_table,
+            profiler_span=span,
+            memory_peak_bytes=self.memory_peak,
+            skipped_no_time=self.skipped_no_time,
+            other_phases=self.other_phases,
+        )
+
+
+def _intern(ids: dict[Any, int], keys: list[Any], cap: int, overflow: Any) -> list[int]:
+    """Ids of ``keys`` in ``ids``, adding new keys (past ``cap`` new keys share the ``overflow`` id)."""
+    get = ids.get
+    out = [get(k, -1) for k in keys]
+    if -1 in out:
+        for i, v in enumerate(out):
+            if v == -1:
+                key = keys[i]
+                if key not in ids and len(ids) >= cap:
+                    key = overflow
+                out[i] = ids.setdefault(key, len(ids))
+    return out
+
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value, 0)
+        except ValueError:
+            return None
+    return None
+
+
+def _concat(parts: list[tuple[np.ndarray, ...]], dtypes: tuple[Any, ...]) -> list[np.ndarray]:
+    if not parts:
+        return [np.zeros(0, dtype=d) for d in dtypes]
+    return [np.concatenate([p[i] for p in parts]) for i in range(len(dtypes))]
+
+
+def load_trace(path: str | Path) -> TraceData:
+    """Read one trace file into columnar tables (raises FormatError for a bad or empty trace)."""
+    reader = TraceReader(path)
+    builder = _Builder()
+    for chunk in reader.chunks():
+        builder.add(chunk)
+    data = builder.finish(str(path), reader.stats)
+    if len(data.host) == 0 and len(data.gpu) == 0:
+        raise FormatError(
+            f"{path}: the trace has no timed events ({reader.stats.events} events read); "
+            "record at least one step inside the profiler"
+        )
+    if reader.stats.skipped_events:
+        log.warning("%s: skipped %d malformed events", path, reader.stats.skipped_events)
+    return data

@@ -1,0 +1,113 @@
+"""StepTracker: phases are exclusive and additive; steps close at the end of an optimizer cycle."""
+
+from __future__ import annotations
+
+import itertools
+
+from stave.capture.steps import StepTracker
+from stave.device import Mark
+
+
+class FakeClock:
+    """A clock that advances 1 ms per reading, so every duration is exact."""
+
+    use_events = False
+
+    def __init__(self) -> None:
+        self._t = itertools.count(0, 1_000_000)
+
+    def mark(self) -> Mark:
+        return Mark(next(self._t))
+
+    @staticmethod
+    def ready(mark: Mark) -> bool:
+        return True
+
+    @staticmethod
+    def elapsed_ns(start: Mark, end: Mark) -> int:
+        return end.host_ns - start.host_ns
+
+
+def _one_step(tr: StepTracker, opt_ids: list[int], samples: int = 8) -> None:
+    owned = tr.enter("data_wait")
+    tr.add_to_active(samples=samples)
+    tr.exit(owned)
+    owned = tr.enter("forward")
+    nested = tr.enter("h2d")  # a copy inside forward stays forward
+    assert nested is False
+    tr.exit(nested)
+    tr.exit(owned)
+    owned = tr.enter("backward")
+    tr.exit(owned)
+    for oid in opt_ids:
+        tr.optimizer_pre(oid)
+        owned = tr.enter("optimizer")
+        tr.exit(owned)
+        tr.optimizer_post(oid)
+
+
+def test_single_optimizer_steps_close_and_phases_add_up() -> None:
+    tr = StepTracker(FakeClock())
+    for _ in range(4):
+        _one_step(tr, [1])
+    tr.finish()
+    # The first step closes when the optimizer steps again; the 4th closes at its own post hook.
+    assert [s.index for s in tr.steps] == [0, 1, 2, 3]
+    for s in tr.steps:
+        measured = s.data_wait_ns + s.h2d_ns + s.forward_ns + s.backward_ns + s.optimizer_ns
+        assert measured + s.other_ns == s.duration_ns
+        assert s.samples == 8
+        assert s.forward_calls == 1 and s.backward_calls == 1
+        assert s.h2d_ns == 0
+
+
+def test_two_optimizers_make_one_step_per_cycle() -> None:
+    tr = StepTracker(FakeClock())
+    for _ in range(3):
+        _one_step(tr, [1, 2])  # e.g. a GAN: discriminator then generator
+    tr.finish()
+    assert len(tr.steps) == 3
+    assert all(s.samples == 8 for s in tr.steps)
+
+
+def test_gradient_accumulation_counts_every_microbatch() -> None:
+    tr = StepTracker(FakeClock())
+    for _ in range(3):
+        for _micro in range(4):
+            owned = tr.enter("data_wait")
+            tr.add_to_active(samples=2)
+            tr.exit(owned)
+            owned = tr.enter("forward")
+            tr.exit(owned)
+            owned = tr.enter("backward")
+            tr.exit(owned)
+        tr.optimizer_pre(7)
+        tr.optimizer_post(7)
+    tr.finish()
+    assert [s.samples for s in tr.steps] == [8, 8, 8]
+    assert all(s.forward_calls == 4 and s.data_fetches == 4 for s in tr.steps)
+
+
+def test_on_step_end_and_classification() -> None:
+    tr = StepTracker(FakeClock())
+    seen: list[int] = []
+    tr.on_step_end = seen.append
+    tr.classify = lambda i: (i < 2, False, i == 1)
+    for _ in range(5):
+        _one_step(tr, [1])
+    tr.finish()
+    assert seen == [0, 1, 2, 3, 4]
+    assert [s.warmup for s in tr.steps] == [True, True, False, False, False]
+    assert [s.counted for s in tr.steps] == [False, False, True, True, True]
+
+
+def test_other_threads_do_not_open_phases() -> None:
+    import threading
+
+    tr = StepTracker(FakeClock())
+    result: list[bool] = []
+    t = threading.Thread(target=lambda: result.append(tr.enter("forward")))
+    t.start()
+    t.join()
+    assert result == [False]
+    assert tr.active is None
