@@ -230,6 +230,24 @@ def record_stream(tensor: torch.Tensor, stream: Any = None) -> None:
         tensor.record_stream(stream if stream is not None else torch.cuda.current_stream())
 
 
+def record_event(stream: Any = None) -> Any:
+    """Record a CUDA event on ``stream`` (the current stream when None); ``None`` on CPU.
+
+    Used to know when an asynchronous copy out of a reusable pinned buffer has finished.
+    """
+    if not cuda_available() or not torch.cuda.is_initialized():
+        return None
+    event = torch.cuda.Event()
+    event.record(stream)
+    return event
+
+
+def wait_event(event: Any) -> None:
+    """Block the host until ``event`` has completed (no-op for ``None``)."""
+    if event is not None:
+        event.synchronize()
+
+
 def pin_memory_available() -> bool:
     """Pinned (page-locked) host memory only helps, and only works, with a GPU."""
     return cuda_available()

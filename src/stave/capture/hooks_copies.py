@@ -17,6 +17,7 @@ import torch
 
 from stave import device as dev
 from stave.capture.steps import StepTracker
+from stave.monitor.stacks import is_user_file
 from stave.measure.pipeline import CopyStat, SyncSite
 
 
@@ -48,18 +49,12 @@ def _non_blocking(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return False
 
 
-def _is_user_frame(filename: str) -> bool:
-    from stave.capture.user_code import is_user_file
-
-    return is_user_file(filename)
-
-
 def caller_site() -> tuple[str, int, str]:
     """The innermost frame of the user's own code calling into us (file, line, function)."""
     frame = sys._getframe(2)
     fallback = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
     while frame is not None:
-        if _is_user_frame(frame.f_code.co_filename):
+        if is_user_file(frame.f_code.co_filename):
             return frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name
         frame = frame.f_back
     return fallback

@@ -59,10 +59,31 @@ def configure_logging(verbosity: int) -> None:
     root.propagate = False
 
 
+def _split_script_args(parser: argparse.ArgumentParser, tokens: list[str]) -> list[str]:
+    """Keep a launched script's own options away from argparse (``stave doctor [OPTS] SCRIPT ARGS``).
+
+    Subcommands that launch scripts define ``split_target(subparser, tokens)``; the script's part is
+    passed through after ``--`` so argparse collects it verbatim into ``target``.
+    """
+    sub_action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for i, tok in enumerate(tokens):
+        if tok in sub_action.choices:
+            subparser = sub_action.choices[tok]
+            splitter = subparser.get_default("split_target")
+            if splitter is None:
+                return tokens
+            own, script = splitter(subparser, tokens[i + 1:])
+            return tokens[: i + 1] + own + (["--", *script] if script else [])
+        if not tok.startswith("-"):
+            return tokens
+    return tokens
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``stave`` console script; returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    tokens = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(_split_script_args(parser, tokens))
     configure_logging(args.verbose)
     try:
         return int(args.func(args) or 0)

@@ -31,7 +31,29 @@ def register(sub: Any) -> None:
     add_doctor_options(p)
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a module (like python -m MODULE)")
     p.add_argument("target", nargs=argparse.REMAINDER, help="the script and its arguments")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, split_target=split_target)
+
+
+def split_target(parser: argparse.ArgumentParser, tokens: list[str]) -> tuple[list[str], list[str]]:
+    """Split the tokens after ``doctor`` into the doctor's own and the script's.
+
+    Everything from the script (the first positional) or from ``-m MODULE`` on belongs to the
+    script, as with ``python`` and ``torchrun``: ``stave doctor --steps 5 train.py --steps 100``
+    gives the doctor 5 steps and the script ``--steps 100``.
+    """
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok == "--":
+            return tokens[:i], tokens[i + 1:]
+        if tok == "-m":
+            return tokens[: i + 2], tokens[i + 2:]
+        if not tok.startswith("-") or tok == "-":
+            return tokens[:i], tokens[i:]
+        action = parser._option_string_actions.get(tok.split("=", 1)[0])
+        takes_value = action is not None and action.nargs != 0 and "=" not in tok
+        i += 2 if takes_value else 1
+    return tokens, []
 
 
 def add_doctor_options(p: argparse.ArgumentParser) -> None:

@@ -30,7 +30,9 @@ def diagnose_records(records: Sequence[RunRecord], statuses: Sequence[str | None
     if len(ordered) > 1:
         from stave.dist.timing import rank_timings  # per-rank reduction lives with the distributed code
 
-        findings = rank_findings(findings + run_rules("ranks", rank_timings(ordered), notes))
+        findings = rank_findings(
+            findings + run_rules("ranks", rank_timings(ordered), notes) + run_rules("records", list(ordered), notes)
+        )
     return DoctorResult(
         record=primary,
         summary=summary,

@@ -15,7 +15,9 @@ from stave.diagnose.finding import Finding, rank_findings
 
 log = logging.getLogger(__name__)
 
-INPUT_KINDS = ("doctor", "trace", "ranks")
+# doctor: DoctorInput (one process); trace: the trace analysis; ranks: list[RankTiming] (shared by
+# trace and distributed doctor); records: list[RunRecord], one per rank (distributed doctor only).
+INPUT_KINDS = ("doctor", "trace", "ranks", "records")
 
 RuleFunc = Callable[[Any], "Finding | Iterable[Finding] | None"]
 

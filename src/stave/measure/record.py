@@ -63,6 +63,9 @@ class ProbeResults:
     threads_speedup: float | None = None
     threads_probe: list[int] = field(default_factory=list)
     op_overhead_ns: float | None = None
+    # FLOP/s of the bf16 probe's fp32 matmul: turns the step's counted matmul/conv FLOPs into the
+    # time autocast can shorten (the rest of forward/backward stays fp32).
+    fp32_matmul_flops_per_s: float | None = None
 
 
 @dataclass

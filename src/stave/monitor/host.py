@@ -56,8 +56,10 @@ class HostCollector:
         main_pid: int,
         worker_pids: Callable[[], list[int]],
         device: torch.device | str = "cpu",
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._source = source
+        self._clock = clock
         self._main_pid = main_pid
         self._worker_pids = worker_pids
         self._device = torch.device(device)
@@ -76,7 +78,7 @@ class HostCollector:
 
     def baseline(self) -> None:
         """Take the first reading, which later samples are differenced against."""
-        self._prev_wall_s = time.perf_counter()
+        self._prev_wall_s = self._clock()
         self._prev_src_s = self._source.now_s()
         self._prev_machine = self._source.machine()
         self._prev_procs = {}
@@ -87,7 +89,7 @@ class HostCollector:
 
     def _tree(self) -> list[tuple[int, bool]]:
         """``(pid, with_ctx)`` for the main process, the workers, and the other descendants."""
-        now = time.perf_counter()
+        now = self._clock()
         if now - self._children_scanned_s >= CHILDREN_REFRESH_S:
             self._children = self._source.descendants(self._main_pid)
             self._children_scanned_s = now
@@ -99,7 +101,7 @@ class HostCollector:
 
     def sample(self, t_ns: int, step: int) -> HostSample:
         """Read everything now and difference it against the previous reading."""
-        wall_s = time.perf_counter()
+        wall_s = self._clock()
         src_s = self._source.now_s()
         dt_s = wall_s - self._prev_wall_s
         machine = self._source.machine()

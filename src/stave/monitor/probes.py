@@ -30,9 +30,12 @@ log = logging.getLogger(__name__)
 # 1024x1024 GEMMs are the size of a transformer's or a wide CNN's per-layer GEMMs at small batch on
 # a CPU (a few ms each), long enough to time and short enough for several pairs within budget.
 CPU_MATMUL_SIZE = 1024
+# Smaller fall-backs (8x less work each) when a slow or loaded machine cannot fit the pairs.
+CPU_MATMUL_SIZES = (CPU_MATMUL_SIZE, 512, 256)
 # On a GPU a 1024 GEMM takes ~10 us and is launch-bound; 4096 keeps the tensor cores busy as a
 # training GEMM does, while still taking only ~1 ms in fp32 on current GPUs.
 GPU_MATMUL_SIZE = 4096
+GPU_MATMUL_SIZES = (GPU_MATMUL_SIZE, 2048, 1024)
 # Tiny ops per timed window of the overhead probe: long enough that the clock's own cost vanishes.
 OVERHEAD_OPS_PER_WINDOW = 1000
 # Pairs (A then B) a ratio probe aims for; fewer are run when the budget runs out, never fewer
@@ -57,18 +60,24 @@ def _timed(fn: Callable[[], object], device: torch.device, reps: int) -> float:
     return (time.perf_counter() - start) / reps
 
 
+Pair = tuple[Callable[[], object], Callable[[], object]]
+
+
 def _interleaved_ratio(
-    a: Callable[[], object],
-    b: Callable[[], object],
+    sizes: tuple[int, ...],
+    make: Callable[[int], Pair],
     device: torch.device,
     deadline: float,
     setup_a: Callable[[], None] | None = None,
     setup_b: Callable[[], None] | None = None,
-) -> float | None:
-    """Median over A/B pairs of time(A) / time(B); ``None`` when MIN_PAIRS do not fit the budget.
+) -> tuple[float | None, int]:
+    """Median over A/B pairs of time(A) / time(B), and the problem size it was measured at.
 
-    ``setup_a``/``setup_b`` switch a setting before each side (the thread count); the first call
-    after a switch is run untimed, so the switch itself is not measured.
+    ``make(size)`` builds the two sides. The largest of ``sizes`` whose MIN_PAIRS pairs fit before
+    ``deadline`` is used (a slow or loaded machine gets a smaller GEMM rather than no answer);
+    ``None`` when even the smallest does not fit. ``setup_a``/``setup_b`` switch a setting before
+    each side (the thread count); the first call after a switch is untimed, so the switch itself
+    is not measured.
     """
 
     def run(fn: Callable[[], object], setup: Callable[[], None] | None, reps: int) -> float:
@@ -77,13 +86,23 @@ def _interleaved_ratio(
             _timed(fn, device, 1)
         return _timed(fn, device, reps)
 
+    untimed = (setup_a is not None) + (setup_b is not None)
+    a, b = make(sizes[0])
     # Warm-up (kernel selection, allocator, thread pool start-up) also gives the cost per call.
     per_call = max(run(a, setup_a, 1), run(b, setup_b, 1), 1e-9)
     left = deadline - time.perf_counter()
-    if left < MIN_PAIRS * 2 * per_call:
+    for size in sizes:
+        # A GEMM's work grows with the cube of its side.
+        if left >= MIN_PAIRS * (2 + untimed) * per_call * (size / sizes[0]) ** 3:
+            break
+    else:
         log.debug("probe skipped: %.3f s per call does not fit %.3f s left", per_call, left)
-        return None
-    reps = max(1, min(MAX_REPS, int(left / TARGET_PAIRS / (2 * per_call))))
+        return None, sizes[-1]
+    if size != sizes[0]:
+        a, b = make(size)
+        per_call = max(run(a, setup_a, 1), run(b, setup_b, 1), 1e-9)
+        left = deadline - time.perf_counter()
+    reps = max(1, min(MAX_REPS, int((left / TARGET_PAIRS / per_call - untimed) / 2)))
     ratios: list[float] = []
     while len(ratios) < TARGET_PAIRS:
         t0 = time.perf_counter()
@@ -91,7 +110,7 @@ def _interleaved_ratio(
         pair_s = time.perf_counter() - t0
         if len(ratios) >= MIN_PAIRS and time.perf_counter() + pair_s > deadline:
             break
-    return statistics.median(ratios)
+    return statistics.median(ratios), size
 
 
 def _matmul(size: int, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> Callable[[], object]:
@@ -101,39 +120,52 @@ def _matmul(size: int, dtype: torch.dtype, device: torch.device, gen: torch.Gene
 
 
 def _bf16_probe(device: torch.device, gen: torch.Generator, deadline: float) -> tuple[float | None, list[int]]:
-    size = GPU_MATMUL_SIZE if dev.is_cuda(device) else CPU_MATMUL_SIZE
-    # fp32 runs as the script left it (TF32 on or off): the question is what bf16 adds to that.
-    fp32 = _matmul(size, torch.float32, device, gen)
-    bf16 = _matmul(size, torch.bfloat16, device, gen)
-    return _interleaved_ratio(fp32, bf16, device, deadline), [size, size, size]
+    sizes = GPU_MATMUL_SIZES if dev.is_cuda(device) else CPU_MATMUL_SIZES
+
+    def make(size: int) -> Pair:
+        # fp32 runs as the script left it (TF32 on or off): the question is what bf16 adds to that.
+        return _matmul(size, torch.float32, device, gen), _matmul(size, torch.bfloat16, device, gen)
+
+    ratio, size = _interleaved_ratio(sizes, make, device, deadline)
+    return ratio, ([size] * 3 if ratio is not None else [])
 
 
 def _threads_probe(torch_threads: int, cores: int, gen: torch.Generator, deadline: float) -> float | None:
     cpu = torch.device("cpu")
-    mm = _matmul(CPU_MATMUL_SIZE, torch.float32, cpu, gen)
-    return _interleaved_ratio(
-        mm, mm, cpu, deadline,
+
+    def make(size: int) -> Pair:
+        mm = _matmul(size, torch.float32, cpu, gen)
+        return mm, mm
+
+    ratio, _size = _interleaved_ratio(
+        CPU_MATMUL_SIZES, make, cpu, deadline,
         setup_a=lambda: torch.set_num_threads(torch_threads),
         setup_b=lambda: torch.set_num_threads(cores),
     )
+    return ratio
 
 
 def _overhead_probe(device: torch.device, deadline: float) -> float | None:
     x = torch.ones(4, device=device)
     y = torch.ones(4, device=device)
 
-    def window() -> None:
+    def window() -> int:
+        # The thread's CPU time, not the wall clock: the host cost of an op is CPU work, and a
+        # loaded machine that preempts this thread would otherwise inflate it several times.
+        start = time.thread_time_ns()
         for _ in range(OVERHEAD_OPS_PER_WINDOW):
             torch.add(x, y)
+        return time.thread_time_ns() - start
 
-    per_window: list[float] = []
-    with torch.no_grad():
-        _timed(window, device, 1)  # warm-up: dispatcher caches, allocator
-        while len(per_window) < TARGET_PAIRS:
-            per_window.append(_timed(window, device, 1))
-            if len(per_window) >= MIN_PAIRS and time.perf_counter() + per_window[-1] > deadline:
-                break
-    return statistics.median(per_window) / OVERHEAD_OPS_PER_WINDOW * 1e9
+    per_window: list[int] = []
+    window()  # warm-up: dispatcher caches, allocator
+    while len(per_window) < TARGET_PAIRS:
+        t0 = time.perf_counter()
+        per_window.append(window())
+        if len(per_window) >= MIN_PAIRS and time.perf_counter() + (time.perf_counter() - t0) > deadline:
+            break
+    dev.synchronize(device)  # the launched work is finished before the next probe or the report
+    return statistics.median(per_window) / OVERHEAD_OPS_PER_WINDOW
 
 
 def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float = 2.0) -> ProbeResults:

@@ -100,9 +100,11 @@ class Monitor:
 
     def stop(self) -> None:
         """Stop the thread and wait for it; safe to call any number of times, or before start."""
-        self._stop.set()
         thread = self._thread
-        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+        if thread is None:
+            return
+        self._stop.set()
+        if thread.is_alive() and thread is not threading.current_thread():
             thread.join()
 
     @property

@@ -26,6 +26,10 @@ MAX_STACK_DEPTH = 64
 # record, which the capture does every few seconds. Beyond it the samples are thinned 2:1.
 MAX_STACK_SAMPLES = 1 << 18
 
+# Samples closer than this share of the interval to the previous one are dropped: after a thinning
+# they would double the density; in normal running they only occur right after a late tick.
+MIN_GAP_SHARE = 0.75
+
 TRUNCATED = FrameKey("<truncated>", 0, "<truncated>", False)
 
 # Pseudo-files that hold code the user typed: an interactive cell, a script piped on stdin.
@@ -136,7 +140,13 @@ class StackRecorder:
         return sid
 
     def record(self, frame: FrameType | None, t_ns: int, step: int, phase: str) -> None:
-        """Store one sample of the stack ending at ``frame``, tagged with the step and phase."""
+        """Store one sample of the stack ending at ``frame``, tagged with the step and phase.
+
+        A sample that comes much sooner than the interval after the last one is dropped, so after
+        thinning the density stays uniform even if the caller keeps its old pace.
+        """
+        if self._t_ns and t_ns - self._t_ns[-1] < MIN_GAP_SHARE * self.interval_ns:
+            return
         sid = self.stack_id(frame)
         pid = self._phase_ids.get(phase)
         if pid is None:

@@ -15,6 +15,9 @@ import typing
 from typing import Any, Iterable, Sequence
 
 from stave.analyze.breakdown import StepSummary
+from stave.analyze.host import samples_in_counted_steps
+from stave.analyze.hotlines import hot_lines
+from stave.analyze.pipeline import summarize_pipeline
 from stave.measure.host import HostSample
 from stave.measure.record import RunRecord
 from stave.measure.serialize import to_dict
@@ -157,15 +160,17 @@ def _int_fields() -> set[str]:
 
 
 def _window_samples(record: RunRecord) -> tuple[list[HostSample], str]:
+    # The same samples the rules read (analyze.host), so the report shows what the findings saw.
+    samples = samples_in_counted_steps(record)
+    if not samples:
+        return list(record.host), "run"
     counted = counted_indices(record)
-    inside = [h for h in record.host if h.step in counted]
-    if inside:
-        return inside, "counted_steps"
-    return list(record.host), "run"
+    return samples, "counted_steps" if all(h.step in counted for h in samples) else "steps"
 
 
 def utilization_summary(record: RunRecord) -> dict[str, Any]:
-    """Mean, min and max of every host counter over the counted steps (the whole run if none).
+    """Mean, min and max of every host counter over the counted steps (over all steps when no
+    sample fell in a counted step, over the whole run when none fell in any step).
 
     A counter absent from every sample is ``None``, not a row of zeros.
     """
@@ -272,6 +277,7 @@ def data_pipeline_section(record: RunRecord) -> dict[str, Any]:
                 "reads_per_sample": _per(w.read_calls, w.samples),
                 "bytes_per_read": _per(w.read_chars, w.read_calls or 0),
                 "read_bytes_per_sample": _per(w.read_bytes, w.samples),
+                "run_delay_per_sample_s": _per(None if w.run_delay_ns is None else w.run_delay_ns / 1e9, w.samples),
                 "opens": w.opens,
                 "read_calls": w.read_calls,
                 "read_chars": w.read_chars,
@@ -282,25 +288,23 @@ def data_pipeline_section(record: RunRecord) -> dict[str, Any]:
     return {"stages": stages, "workers": workers, "io": _io_totals(record)}
 
 
-def _io_totals(record: RunRecord) -> dict[str, Any]:
-    """I/O per sample over all workers that report each counter (``None`` where none does)."""
-
-    def total(attr: str) -> tuple[int | None, int]:
-        present = [w for w in record.workers if getattr(w, attr) is not None]
-        if not present:
-            return None, 0
-        return sum(getattr(w, attr) for w in present), sum(w.samples for w in present)
-
-    opens, opens_samples = total("opens")
-    reads, reads_samples = total("read_calls")
-    chars, _ = total("read_chars")
-    rbytes, rbytes_samples = total("read_bytes")
+def _io_totals(record: RunRecord) -> dict[str, Any] | None:
+    """The main loader's cost and I/O per sample, as the input-pipeline rules see it
+    (:func:`stave.analyze.pipeline.summarize_pipeline`); ``None`` when no worker reported."""
+    pipe = summarize_pipeline(record)
+    if pipe is None:
+        return None
     return {
-        "samples": sum(w.samples for w in record.workers),
-        "opens_per_sample": _per(opens, opens_samples),
-        "reads_per_sample": _per(reads, reads_samples),
-        "bytes_per_read": _per(chars, reads or 0),
-        "read_bytes_per_sample": _per(rbytes, rbytes_samples),
+        "loader_id": pipe.loader.loader_id,
+        "samples": pipe.samples,
+        "wall_per_sample_s": pipe.wall_s_per_sample,
+        "cpu_per_sample_s": pipe.cpu_s_per_sample,
+        "off_cpu_frac": pipe.off_cpu_share,
+        "run_delay_per_sample_s": pipe.run_delay_s_per_sample,
+        "opens_per_sample": pipe.opens_per_sample,
+        "reads_per_sample": pipe.read_calls_per_sample,
+        "bytes_per_read": pipe.bytes_per_read_call,
+        "read_bytes_per_sample": pipe.read_bytes_per_sample,
     }
 
 
@@ -333,31 +337,35 @@ def stack_window(record: RunRecord) -> tuple[set[int] | None, str]:
 def hot_lines_section(record: RunRecord, limit: int = HOT_LINES_LIMIT) -> list[dict[str, Any]]:
     """The user's source lines that the main thread's stack samples fell on most, with their phase.
 
-    Time spent inside torch or another library is charged to the user's line that called it.
-    ``share`` is over all samples in the window (so lines plus non-user time add up to 1).
+    Ranking and shares are :func:`stave.analyze.hotlines.hot_lines` (what the rules cite): time
+    inside torch or another library is charged to the user's line that called it, and ``share``
+    is over all samples in the window. Each line adds the phases it ran in and its source text.
     """
     profile = record.stacks
     steps, _window = stack_window(record)
-    total = profile.sample_count(steps)
-    if not total:
+    lines = hot_lines(profile, steps=steps, limit=limit)
+    if not lines:
         return []
-    counts = profile.line_counts(steps=steps, user_only=True)
     phases = sorted({str(row[2]) for row in profile.samples if row[2] is not None})
-    by_phase = {ph: profile.line_counts(steps=steps, phase=ph, user_only=True) for ph in phases}
+    by_phase = {ph: profile.line_counts(steps=steps, phase=ph) for ph in phases}
     rows = []
-    for frame, n in counts.most_common(limit):
-        phase_counts = {ph: by_phase[ph][frame] for ph in phases if by_phase[ph][frame]}
+    for hl in lines:
+        phase_counts = {}
+        for ph in phases:
+            n = sum(c for frame, c in by_phase[ph].items() if (frame.file, frame.line) == (hl.file, hl.line))
+            if n:
+                phase_counts[ph] = n
         top_phase = max(phase_counts, key=lambda ph: (phase_counts[ph], ph)) if phase_counts else None
         rows.append(
             {
-                "file": frame.file,
-                "line": frame.line,
-                "function": frame.function,
-                "samples": n,
-                "share": n / total,
+                "file": hl.file,
+                "line": hl.line,
+                "function": hl.function,
+                "samples": hl.samples,
+                "share": hl.share,
                 "phase": top_phase,
-                "phase_shares": {ph: c / n for ph, c in phase_counts.items()},
-                "code": source_line(frame.file, frame.line),
+                "phase_shares": {ph: c / hl.samples for ph, c in phase_counts.items()},
+                "code": source_line(hl.file, hl.line),
             }
         )
     return rows

@@ -68,7 +68,7 @@ def utilization_rows(report: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 def utilization_window(report: dict[str, Any]) -> str:
     """Which samples the utilization table covers, in words."""
     util = report["summary"].get("utilization") or {}
-    where = "the counted steps" if util.get("window") == "counted_steps" else "the whole run"
+    where = {"counted_steps": "the counted steps", "steps": "all steps"}.get(util.get("window"), "the whole run")
     return f"over {where} ({util.get('samples', 0)} samples)"
 
 
@@ -136,9 +136,10 @@ def _on(flag: bool) -> str:
 
 
 def io_text(io: dict[str, Any]) -> str:
-    """The loader workers' I/O per sample in one line."""
+    """The main loader's I/O per sample in one line (``data_pipeline.io``)."""
     return (
-        f"worker I/O per sample: {_num(io['opens_per_sample'])} opens, {_num(io['reads_per_sample'])} reads, "
+        f"loader {io['loader_id']} I/O per sample: {_num(io['opens_per_sample'])} opens, "
+        f"{_num(io['reads_per_sample'])} reads, "
         f"{fmt_bytes(io['bytes_per_read'])} per read, {fmt_bytes(io['read_bytes_per_sample'])} from storage"
     )
 

@@ -46,4 +46,4 @@ def missing_trace_note(trace: Any, kind: str) -> str | None:
     """The note a report shows when it has a trace analysis but no renderer of ``kind`` for it."""
     if trace is None or trace_renderer(kind) is not None:
         return None
-    return f"a profiler trace was analysed but this report has no {kind} section for it ({TRACE_SECTION_MODULE})"
+    return f"a profiler trace was analysed, but no report section for it is installed ({TRACE_SECTION_MODULE})"

@@ -45,19 +45,14 @@ def render_doctor(result: DoctorResult, console: Console) -> None:
 def doctor_renderable(report: dict[str, Any], result: DoctorResult) -> RenderableType:
     """Everything but the trace section, as one renderable (``report`` is ``doctor_json(result)``)."""
     summary = report["summary"]
-    parts: list[RenderableType] = [_section("stave doctor"), header(report)]
+    parts: list[RenderableType] = [_section("stave doctor", first=True), header(report)]
     parts += [_section("Step time"), step_time(summary)]
     parts += [_section("Utilization"), ts.utilization_table(report)]
-    parts += [
-        _section("Data pipeline"),
-        ts.loader_lines(report["config"]),
-        ts.stages_table(report["data_pipeline"]),
-        ts.workers_table(report["data_pipeline"]),
-    ]
+    parts += [_section("Data pipeline"), ts.pipeline_group(report)]
     device = ts.device_tables(report["device"], summary["steps"])
     if device is not None:
         parts += [_section("Host ↔ device"), device]
-    parts += [_section(f"Top lines ({dt.stack_text(summary)})"), ts.hot_lines_table(report["hot_lines"])]
+    parts += [_section(f"Top lines ({dt.stack_text(summary)})"), ts.hot_lines_table(report["hot_lines"], summary["stack_samples"])]
     if len(report["ranks"]) > 1:
         parts += [_section(f"Ranks ({len(report['ranks'])})"), ts.ranks_table(report["ranks"])]
     findings = rank_findings(list(result.findings))
@@ -67,8 +62,9 @@ def doctor_renderable(report: dict[str, Any], result: DoctorResult) -> Renderabl
     return Group(*parts)
 
 
-def _section(title: str) -> Rule:
-    return Rule(Text(title, style="bold"), align="left", characters="─")
+def _section(title: str, first: bool = False) -> RenderableType:
+    rule = Rule(Text(title, style="bold"), align="left", characters="─")
+    return rule if first else Padding(rule, (1, 0, 0, 0))
 
 
 def header(report: dict[str, Any]) -> RenderableType:

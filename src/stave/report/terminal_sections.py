@@ -45,10 +45,17 @@ def utilization_table(report: dict[str, Any]) -> RenderableType:
     return table
 
 
-def loader_lines(config: dict[str, Any]) -> RenderableType:
-    """One line per DataLoader with the settings that decide its speed."""
-    lines = [Text(dt.loader_text(ld)) for ld in config.get("loaders", [])]
-    return Group(*lines) if lines else Text("no DataLoader was iterated")
+def pipeline_group(report: dict[str, Any]) -> RenderableType:
+    """Loader settings, stage times and worker accounts (one line when no loader ran)."""
+    loaders = [Text(dt.loader_text(ld)) for ld in report["config"].get("loaders", [])]
+    pipeline = report["data_pipeline"]
+    if not (loaders or pipeline["stages"] or pipeline["workers"]):
+        return Text("no DataLoader was iterated")
+    parts = [*loaders, stages_table(pipeline)]
+    workers = workers_table(pipeline)
+    if workers is not None:
+        parts.append(workers)
+    return Group(*parts)
 
 
 def stages_table(pipeline: dict[str, Any]) -> RenderableType:
@@ -71,12 +78,13 @@ def stages_table(pipeline: dict[str, Any]) -> RenderableType:
     return table
 
 
-def workers_table(pipeline: dict[str, Any]) -> RenderableType:
+def workers_table(pipeline: dict[str, Any]) -> RenderableType | None:
     """Per loader worker: samples, time per sample, CPU share and I/O counters per sample."""
     workers = pipeline.get("workers", [])
     if not workers:
-        return Text("")
-    head = Text(dt.io_text(pipeline["io"]))
+        return None
+    io = pipeline["io"]
+    head = Text(dt.io_text(io) if io is not None else "worker I/O: no worker reported its counters")
     table = _table("worker", "pid", "samples", "per sample", "on CPU", "opens/sample", "reads/sample",
                    "bytes/read")
     for w in workers[:MAX_WORKER_ROWS]:
@@ -128,10 +136,12 @@ def device_tables(device: dict[str, Any], steps: int) -> RenderableType | None:
     return Group(*parts) if parts else None
 
 
-def hot_lines_table(hot_lines: list[dict[str, Any]]) -> RenderableType:
+def hot_lines_table(hot_lines: list[dict[str, Any]], stack_samples: int) -> RenderableType:
     """The user's lines the main thread was found on most, with the phase they ran in."""
+    if not stack_samples:
+        return Text("no stack samples were taken")
     if not hot_lines:
-        return Text("no stack samples fell in the user's code")
+        return Text("no stack sample fell in the user's code")
     table = _table("share", "phase", "line", "code", right_from=0)
     table.columns[1].justify = "left"
     table.columns[2].justify = "left"

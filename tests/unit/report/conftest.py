@@ -8,6 +8,7 @@ whose PIL transforms cannot keep up, so the step waits for data.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,11 @@ from stave.measure import (
     TensorInfo,
     WorkerStats,
 )
+
+# jsonschema imports this optional "iri" format checker if installed, and it compiles a grammar at
+# import (5+ s on a loaded 2-core machine). Our schemas use no "format" keyword, so the tests go
+# without it; jsonschema treats the ImportError as "checker not available".
+sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
 MS = 1_000_000
 SOURCE = Path(__file__).resolve().parent / "data" / "sample_train.py"

@@ -1,0 +1,420 @@
+"""ImageLoader: packed dataset -> crop-aware decode in worker threads -> uint8 batches -> device.
+
+The pipeline, with the contract of each stage:
+
+1. **Order** (:mod:`stave.data.order`): per epoch a fresh permutation from (seed, epoch); each rank a
+   disjoint, equal slice; batches of ``batch_size`` indices.
+2. **Boxes** (:mod:`stave.data.crop`): per batch, crop boxes and flips drawn from the index's widths
+   and heights with a generator seeded by (seed, epoch, rank, batch), before any decode.
+3. **Decode** (worker threads, :mod:`stave.data.decode`): each sample is decoded as far as its box
+   needs, resized to ``size`` and written as HxWx3 uint8 straight into a preallocated batch buffer
+   (pinned when the device is a GPU); ``transform`` (the user's, on that uint8 array) runs here.
+4. **Device** (:class:`~stave.data.device_loader.DeviceLoader`): the uint8 batch is copied to the
+   device (asynchronously on a GPU), cast to ``dtype`` and normalized there; ``batch_transform``
+   runs on the device batch.
+
+Why threads: libjpeg-turbo and Pillow's resize release the GIL, so threads decode in parallel
+without per-worker copies of the dataset, pickling or shared-memory hand-offs (docs/data.md has the
+measurement against process workers).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from stave import device as dev
+from stave.data import format as fmt
+from stave.data.crop import DEFAULT_RATIO, DEFAULT_SCALE, center_crop_boxes, random_resized_crop_boxes
+from stave.data.dataset import PackedDataset
+from stave.data.decode import CropBox, decode_jpeg_crop, get_backend, raw_crop
+from stave.data.device_loader import DeviceLoader
+from stave.data.resize import serial_torch_in_this_thread
+from stave.data.order import OrderSpec, batch_rng, rank_indices
+from stave.errors import FormatError, UsageError
+
+log = logging.getLogger(__name__)
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+# Batches decoded ahead of the one being consumed: two keep the workers busy across a batch
+# boundary while the main thread normalizes; more only costs memory.
+DEFAULT_PREFETCH_BATCHES = 2
+# workers="auto" keeps the smallest thread count within this share of the fastest one measured.
+AUTO_TOLERANCE = 0.05
+# Samples decoded per candidate thread count in the workers="auto" measurement (~0.1 s each).
+AUTO_SAMPLES = 48
+STATE_VERSION = 1
+
+
+@dataclass
+class DecodeStats:
+    """Counters over the samples decoded so far (for the report and the benchmark)."""
+
+    samples: int = 0
+    reduced: int = 0
+    rows_decoded: int = 0
+    rows_total: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, samples: int, reduced: int, rows_decoded: int, rows_total: int) -> None:
+        """Add one task's counts (thread-safe)."""
+        with self._lock:
+            self.samples += samples
+            self.reduced += reduced
+            self.rows_decoded += rows_decoded
+            self.rows_total += rows_total
+
+    @property
+    def reduced_share(self) -> float:
+        """Share of JPEG decodes done at a reduced DCT scale (1/2, 1/4, 1/8)."""
+        return self.reduced / self.samples if self.samples else 0.0
+
+    @property
+    def rows_share(self) -> float:
+        """Decoded rows / total rows over JPEG decodes (below 1 where the row cut applied)."""
+        return self.rows_decoded / self.rows_total if self.rows_total else 1.0
+
+
+@dataclass
+class _Job:
+    epoch: int
+    batch: int
+    slot: int
+    indices: np.ndarray
+    futures: list[concurrent.futures.Future[None]]
+
+
+class ImageLoader:
+    """Batches of images from a packed dataset, decoded crop-aware in threads, normalized on ``device``.
+
+    Yields ``(images, labels)``: images ``N x 3 x size x size`` of ``dtype`` (float32 by default)
+    normalized with ``mean``/``std`` on ``device`` (``mean=None`` yields uint8), labels int64.
+    ``train=True``: RandomResizedCrop(size) + horizontal flip, shuffled; ``train=False``:
+    Resize(size/0.875) + CenterCrop(size), in order. The epoch advances by itself after each full
+    pass (or set it with :meth:`set_epoch`); :meth:`state_dict` resumes mid-epoch.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | PackedDataset,
+        batch_size: int,
+        train: bool = True,
+        size: int = 224,
+        workers: int | str = "auto",
+        device: str | torch.device | None = None,
+        mean: Sequence[float] | None = IMAGENET_MEAN,
+        std: Sequence[float] | None = IMAGENET_STD,
+        channels_last: bool = False,
+        drop_last: bool | None = None,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        transform: Callable[[np.ndarray], np.ndarray] | None = None,
+        batch_transform: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
+        *,
+        dtype: torch.dtype | None = None,
+        scale: tuple[float, float] = DEFAULT_SCALE,
+        ratio: tuple[float, float] = DEFAULT_RATIO,
+        flip: bool | None = None,
+        resize: int | None = None,
+        prefetch_batches: int = DEFAULT_PREFETCH_BATCHES,
+        backend: str | None = None,
+        verify: bool = False,
+        reduced_decode: bool = True,
+    ) -> None:
+        self.dataset = path if isinstance(path, PackedDataset) else PackedDataset(path, output="bytes", verify=verify, backend=backend)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise UsageError(f"size must be a positive int, got {size!r}")
+        if prefetch_batches < 1:
+            raise UsageError(f"prefetch_batches must be at least 1, got {prefetch_batches}")
+        if not (0 < scale[0] <= scale[1] <= 1.0) or not (0 < ratio[0] <= ratio[1]):
+            raise UsageError(f"scale must satisfy 0 < lo <= hi <= 1 and ratio 0 < lo <= hi; got {scale}, {ratio}")
+        rank, world_size = _resolve_rank(rank, world_size)
+        self.train = train
+        self.size = size
+        self.spec = OrderSpec(
+            num_samples=len(self.dataset),
+            batch_size=batch_size,
+            shuffle=train,
+            drop_last=train if drop_last is None else drop_last,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+        )
+        self.device = dev.resolve_device(device)
+        self.transform = transform
+        self.batch_transform = batch_transform
+        self.scale = scale
+        self.ratio = ratio
+        self.flip = train if flip is None else flip
+        self.resize = resize
+        self.prefetch_batches = prefetch_batches
+        self.reduced_decode = reduced_decode
+        self._backend = get_backend(backend)
+        self._workers_arg = workers
+        self._workers: int | None = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._slots: list[torch.Tensor] = []
+        self._slot_events: list[Any] = []
+        self._pin = dev.is_cuda(self.device) and dev.pin_memory_available()
+        self._device_loader = DeviceLoader(
+            (), self.device, mean, std, channels_last, dtype, on_copied=self._copied
+        )
+        self._epoch = 0
+        self._batches_done = 0
+        self.stats = DecodeStats()
+        if isinstance(workers, str) and workers != "auto":
+            raise UsageError(f"workers must be an int >= 1 or 'auto', got {workers!r}")
+        if isinstance(workers, int) and workers < 1:
+            raise UsageError(f"workers must be at least 1 (threads), got {workers}")
+
+    # -- public state ------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self.spec.num_batches
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration reads."""
+        return self._epoch
+
+    @property
+    def workers(self) -> int:
+        """Decode threads (measured on first use when ``workers="auto"``)."""
+        if self._workers is None:
+            self._workers = self._workers_arg if isinstance(self._workers_arg, int) else self._measure_workers()
+        return self._workers
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch ``epoch`` from its first batch at the next iteration."""
+        self._epoch = int(epoch)
+        self._batches_done = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader is: the epoch and the number of batches already yielded in it."""
+        spec = self.spec
+        return {
+            "version": STATE_VERSION,
+            "epoch": self._epoch,
+            "batches_done": self._batches_done,
+            "seed": spec.seed,
+            "num_samples": spec.num_samples,
+            "batch_size": spec.batch_size,
+            "world_size": spec.world_size,
+            "rank": spec.rank,
+            "shuffle": spec.shuffle,
+            "drop_last": spec.drop_last,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the next iteration yields exactly the batches the saved run had not yet yielded."""
+        for key in ("seed", "num_samples", "batch_size", "world_size", "shuffle", "drop_last"):
+            if state.get(key) != self.state_dict()[key]:
+                raise UsageError(f"loader state has {key}={state.get(key)!r}, this loader has {self.state_dict()[key]!r}")
+        done = int(state["batches_done"])
+        if not 0 <= done <= self.spec.num_batches:
+            raise UsageError(f"loader state has batches_done={done}, outside 0..{self.spec.num_batches}")
+        self._epoch = int(state["epoch"])
+        self._batches_done = done
+
+    def close(self) -> None:
+        """Stop the worker threads."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __del__(self) -> None:
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- iteration -----------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        self._device_loader.loader = self._host_batches(self._epoch, self._batches_done)
+        for images, labels in self._device_loader:
+            if self.batch_transform is not None:
+                images, labels = self.batch_transform(images, labels)
+            self._batches_done += 1
+            yield images, labels
+        if self._batches_done >= self.spec.num_batches:
+            self._epoch += 1
+            self._batches_done = 0
+
+    def _ensure_started(self) -> None:
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                self.workers, thread_name_prefix="stave-decode", initializer=serial_torch_in_this_thread
+            )
+        if not self._slots:
+            count = self.prefetch_batches + 2  # in flight + the one being copied + slack for the user's
+            shape = (self.spec.batch_size, self.size, self.size, 3)
+            self._slots = [torch.empty(shape, dtype=torch.uint8, pin_memory=self._pin) for _ in range(count)]
+            self._slot_events = [None] * count
+
+    def _copied(self, host_batch: Any, event: Any) -> None:
+        slot = getattr(host_batch, "slot", None)
+        if slot is not None:
+            self._slot_events[slot] = event
+
+    def _boxes(self, indices: np.ndarray, epoch: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
+        widths = self.dataset.widths[indices]
+        heights = self.dataset.heights[indices]
+        if not self.train:
+            return center_crop_boxes(widths, heights, self.size, self.resize), np.zeros(len(indices), dtype=bool)
+        rng = batch_rng(self.spec.seed, epoch, self.spec.rank, batch)
+        boxes = random_resized_crop_boxes(widths, heights, rng, self.scale, self.ratio).astype(np.float64)
+        flips = rng.random(len(indices)) < 0.5 if self.flip else np.zeros(len(indices), dtype=bool)
+        return boxes, flips
+
+    def _submit(self, epoch: int, batch: int, slot: int, indices: np.ndarray) -> _Job:
+        assert self._pool is not None
+        # The slot's previous batch may still be copying to the GPU from this pinned buffer.
+        dev.wait_event(self._slot_events[slot])
+        self._slot_events[slot] = None
+        boxes, flips = self._boxes(indices, epoch, batch)
+        out = self._slots[slot]
+        chunks = np.array_split(np.arange(len(indices)), min(len(indices), self.workers * 2))
+        futures = [
+            self._pool.submit(self._decode_rows, out, indices, boxes, flips, rows) for rows in chunks if len(rows)
+        ]
+        return _Job(epoch, batch, slot, indices, futures)
+
+    def _decode_rows(self, out: torch.Tensor, indices: np.ndarray, boxes: np.ndarray, flips: np.ndarray, rows: np.ndarray) -> None:
+        reduced = rows_decoded = rows_total = 0
+        for row in rows:
+            info = self.decode_into(out[row], int(indices[row]), boxes[row], bool(flips[row]))
+            if info is not None:
+                reduced += info.scale_denom > 1
+                rows_decoded += info.rows_decoded
+                rows_total += info.rows_total
+        self.stats.add(len(rows), reduced, rows_decoded, rows_total)
+
+    def decode_into(self, out: torch.Tensor, index: int, box_xywh: np.ndarray, flip: bool) -> Any:
+        """Decode dataset sample ``index`` under ``box_xywh`` into ``out`` (size x size x 3 uint8 tensor)."""
+        data = self.dataset.sample_bytes(index)
+        box = CropBox(*(float(v) for v in box_xywh))
+        info = None
+        if self.dataset.encodings[index] == fmt.ENC_RAW:
+            pixels = np.frombuffer(data, dtype=np.uint8).reshape(
+                int(self.dataset.heights[index]), int(self.dataset.widths[index]), int(self.dataset.channels[index])
+            )
+            image = raw_crop(pixels, box, self.size, self.size, flip)
+        else:
+            name = f"{self.dataset.shard_name(index)} sample {index}"
+            image, info = decode_jpeg_crop(data, box, self.size, self.size, self._backend, name, self.reduced_decode, flip=flip)
+        if self.transform is not None:
+            image = self._user_transform(image)
+        out.copy_(image)
+        return info
+
+    def _user_transform(self, image: torch.Tensor) -> torch.Tensor:
+        assert self.transform is not None
+        result = self.transform(image.numpy())
+        result = torch.as_tensor(np.asarray(result)) if not isinstance(result, torch.Tensor) else result
+        if tuple(result.shape) != (self.size, self.size, 3) or result.dtype != torch.uint8:
+            raise UsageError(
+                f"transform must return a {self.size}x{self.size}x3 uint8 array, got {tuple(result.shape)} {result.dtype}"
+            )
+        return result
+
+    def _host_batches(self, epoch: int, start: int) -> Iterator["_HostBatch"]:
+        self._ensure_started()
+        indices_all = rank_indices(self.spec, epoch)
+        total = self.spec.num_batches
+        ring = len(self._slots)
+        jobs: list[_Job] = []
+        next_batch = start
+
+        def submit_next() -> None:
+            nonlocal next_batch
+            lo = next_batch * self.spec.batch_size
+            idx = indices_all[lo : lo + self.spec.batch_size]
+            jobs.append(self._submit(epoch, next_batch, next_batch % ring, idx))
+            next_batch += 1
+
+        try:
+            for _ in range(min(self.prefetch_batches, total - start)):
+                submit_next()
+            while jobs:
+                job = jobs.pop(0)
+                for future in job.futures:
+                    future.result()
+                if next_batch < total:
+                    submit_next()
+                images = self._slots[job.slot][: len(job.indices)].permute(0, 3, 1, 2)
+                labels = torch.from_numpy(self.dataset.labels[job.indices])
+                yield _HostBatch(images, labels, job.slot)
+        finally:
+            # Stopped early (break, error): in-flight tasks still write into the slots.
+            for job in jobs:
+                for future in job.futures:
+                    future.cancel()
+                concurrent.futures.wait(job.futures)
+
+    def _measure_workers(self) -> int:
+        """Decode a few samples with 1..cores threads and keep the smallest count near the best rate."""
+        cores = dev.usable_cores()
+        if cores <= 1 or len(self.dataset) == 0:
+            return 1
+        probe = np.arange(min(AUTO_SAMPLES, len(self.dataset)))
+        boxes, flips = self._boxes(probe, 0, 0)
+        out = torch.empty((len(probe), self.size, self.size, 3), dtype=torch.uint8)
+        rates: dict[int, float] = {}
+        for count in range(1, cores + 1):
+            with concurrent.futures.ThreadPoolExecutor(count, initializer=serial_torch_in_this_thread) as pool:
+                chunks = [c for c in np.array_split(np.arange(len(probe)), count * 2) if len(c)]
+                start = time.perf_counter()
+                futures = [pool.submit(self._probe_rows, out, probe, boxes, flips, c) for c in chunks]
+                for future in futures:
+                    future.result()
+                rates[count] = len(probe) / (time.perf_counter() - start)
+        best = max(rates.values())
+        chosen = min(c for c, r in rates.items() if r >= best * (1 - AUTO_TOLERANCE))
+        log.info("ImageLoader workers='auto': %s samples/s by thread count -> %d", {c: round(r) for c, r in rates.items()}, chosen)
+        return chosen
+
+    def _probe_rows(self, out: torch.Tensor, indices: np.ndarray, boxes: np.ndarray, flips: np.ndarray, rows: np.ndarray) -> None:
+        for row in rows:
+            try:
+                self.decode_into(out[row], int(indices[row]), boxes[row], bool(flips[row]))
+            except FormatError:
+                # A corrupt sample is reported when training reads it, not by the probe.
+                continue
+
+
+class _HostBatch(tuple):
+    """``(images, labels)`` with the buffer slot it lives in (so the copy's completion can be tracked)."""
+
+    slot: int
+
+    def __new__(cls, images: torch.Tensor, labels: torch.Tensor, slot: int) -> "_HostBatch":
+        obj = super().__new__(cls, (images, labels))
+        obj.slot = slot
+        return obj
+
+
+def _resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """Explicit values win; else torch.distributed when initialized; else RANK/WORLD_SIZE; else 0/1."""
+    if rank is not None and world_size is not None:
+        return int(rank), int(world_size)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return (
+            int(rank) if rank is not None else torch.distributed.get_rank(),
+            int(world_size) if world_size is not None else torch.distributed.get_world_size(),
+        )
+    env_rank = os.environ.get("RANK")
+    env_world = os.environ.get("WORLD_SIZE")
+    return (
+        int(rank) if rank is not None else int(env_rank) if env_rank else 0,
+        int(world_size) if world_size is not None else int(env_world) if env_world else 1,
+    )

@@ -1,0 +1,104 @@
+"""Small pieces the doctor's rules share: building a Finding, tidy evidence, code snippets."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+from stave.analyze.hotlines import hot_lines
+from stave.diagnose.finding import Finding, severity_for_speedup
+from stave.measure.config import LoaderInfo
+from stave.measure.record import RunRecord
+
+# A speed finding below this estimate is not reported: on a shared machine run-to-run noise is
+# about this large, so the user could not confirm the gain, and the report would fill with lint.
+REPORT_MIN_SPEEDUP = 1.05
+# A source line is worth naming when it holds at least this share of the phase's samples; below
+# it, a line is one of many and changing it alone would not move the number.
+LINE_MIN_SHARE = 0.10
+# Evidence numbers keep this many significant digits: enough to recompute the estimate, few
+# enough to read.
+EVIDENCE_DIGITS = 4
+
+
+def tidy(value: Any) -> Any:
+    """Round floats to :data:`EVIDENCE_DIGITS` significant digits, recursively; NaN/inf become None."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        return float(f"{value:.{EVIDENCE_DIGITS}g}")
+    if isinstance(value, dict):
+        return {str(k): tidy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [tidy(v) for v in value]
+    return value
+
+
+def make_finding(
+    finding_id: str,
+    est_speedup: float,
+    title: str,
+    evidence: dict[str, Any],
+    fix: str,
+    explanation: str = "",
+    lines: Iterable[str] = (),
+    severity: str | None = None,
+) -> Finding:
+    """A Finding with severity from the estimate (unless a risk finding passes its own)."""
+    est = round(max(1.0, float(est_speedup)), 3)
+    return Finding(
+        id=finding_id,
+        severity=severity or severity_for_speedup(est),
+        est_speedup=est,
+        title=title,
+        evidence=tidy(evidence),
+        fix=fix.strip("\n"),
+        explanation=explanation,
+        lines=list(lines),
+    )
+
+
+def is_gpu(record: RunRecord) -> bool:
+    """True when the job computed on a CUDA device."""
+    return record.config.device_type == "cuda"
+
+
+def counted_indices(record: RunRecord) -> list[int]:
+    """Indices of the steps that enter the statistics."""
+    return [s.index for s in record.counted_steps()]
+
+
+def phase_lines(record: RunRecord, phase: str | None, limit: int = 3) -> list[str]:
+    """``path:line`` of the user lines holding at least :data:`LINE_MIN_SHARE` of a phase's samples."""
+    lines = hot_lines(record.stacks, counted_indices(record), phase, limit=limit)
+    return [h.label for h in lines if h.share >= LINE_MIN_SHARE]
+
+
+def dataloader_call(loader: LoaderInfo, **changes: Any) -> str:
+    """A ``DataLoader(...)`` call with the loader's own settings and ``changes`` applied.
+
+    Only settings that differ from torch's defaults (or are changed) are written, so the snippet
+    reads like code a person would write.
+    """
+    args: dict[str, Any] = {"batch_size": loader.batch_size}
+    if "shuffle" not in changes and loader.sampler_type == "RandomSampler":
+        args["shuffle"] = True
+    args["num_workers"] = loader.num_workers
+    if loader.pin_memory:
+        args["pin_memory"] = True
+    if loader.persistent_workers:
+        args["persistent_workers"] = True
+    if loader.prefetch_factor not in (None, 2):
+        args["prefetch_factor"] = loader.prefetch_factor
+    if loader.drop_last:
+        args["drop_last"] = True
+    if loader.multiprocessing_context not in (None, "fork"):
+        args["multiprocessing_context"] = loader.multiprocessing_context
+    args.update(changes)
+    if args.get("num_workers", 0) == 0:
+        for key in ("persistent_workers", "prefetch_factor", "multiprocessing_context"):
+            args.pop(key, None)
+    rendered = ", ".join(f"{k}={v!r}" for k, v in args.items() if v is not None)
+    return f"loader = DataLoader(dataset, {rendered})"

@@ -1,0 +1,186 @@
+"""BATCH_DTYPE and SMALL_BATCH: what the batch is made of, and whether it is big enough.
+
+BATCH_DTYPE: float64 batches (numpy's default float type leaking into the loader) either drag the
+model into float64 (``model.double()`` to make the types match) or double every byte loaded,
+collated and copied; float32 images on a GPU cost four times the copy of uint8 ones.
+SMALL_BATCH: a step has costs that do not grow with the batch (the optimizer update, the host's
+per-op dispatch, per-batch loader overhead); when they are a large share of the step, a larger
+batch spreads them over more samples. Never inferred from the batch size alone.
+"""
+
+from __future__ import annotations
+
+import math
+
+from stave.analyze.pipeline import main_loader, summarize_pipeline
+from stave.analyze.whatif import amortized_speedup, phase_s, scale_phases, speedup
+from stave.diagnose.engine import rule
+from stave.diagnose.finding import Finding
+from stave.diagnose.inputs import DoctorInput
+from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, dataloader_call, is_gpu, make_finding
+
+# fp64 math runs at most half the fp32 rate: a SIMD register holds half as many fp64 values, and
+# GPUs have 1/2 (datacenter) down to 1/64 (consumer) of their fp32 rate. 2x is the least it costs.
+FP64_SLOWDOWN = 2.0
+# A float32 pixel is 4 bytes, a uint8 pixel 1: the copy of an image batch shrinks 4x as uint8.
+FLOAT32_TO_UINT8_BYTES = 4.0
+# Image batches copied as float32 are only worth a finding when the copy is this share of the step.
+H2D_MIN_SHARE = 0.05
+# The batch growth the estimate assumes: the usual first step up, well inside the range where the
+# linear learning-rate scaling rule is known to hold (Goyal et al. 2017 go to 32x).
+SMALL_BATCH_GROWTH = 4
+# Below a fifth of the step fixed, a 4x batch buys under 1.18x: less than retuning the learning
+# rate for a bigger batch costs.
+SMALL_BATCH_MIN_FIXED_SHARE = 0.2
+# On a GPU the batch can only grow into free memory; keep this share of it for fragmentation and
+# the allocator's cache.
+GPU_MEMORY_USABLE_SHARE = 0.9
+
+
+def _dominant_param_dtype(param_dtypes: dict[str, int]) -> str | None:
+    if not param_dtypes:
+        return None
+    return max(param_dtypes, key=lambda k: param_dtypes[k]).replace("torch.", "")
+
+
+@rule("BATCH_DTYPE", kind="doctor")
+def batch_dtype(inp: DoctorInput) -> Finding | None:
+    """Batches arrive as float64 (or, on a GPU, images as float32 where uint8 would do)."""
+    record, summary = inp.record, inp.summary
+    if summary.steps == 0:
+        return None
+    cfg = record.config
+    f64 = [t for t in cfg.batch if t.dtype.replace("torch.", "") == "float64"]
+    model_dtype = _dominant_param_dtype(cfg.param_dtypes)
+    if f64:
+        names = ", ".join(f"{t.path} {list(t.shape)}" for t in f64[:3])
+        evidence = {
+            "float64_tensors": [t.path for t in f64],
+            "float64_bytes_per_batch": sum(t.nbytes for t in f64),
+            "model_param_dtype": model_dtype,
+            "model_params": cfg.model_params,
+        }
+        if model_dtype == "float64":
+            factors = {p: FP64_SLOWDOWN for p in ("forward", "backward", "optimizer", "h2d")}
+            est = speedup(summary.step_time_median_s, scale_phases(summary, factors))
+            title = f"Batches are float64 ({names}) and the model computes in float64"
+            explain = (
+                "float64 runs at half the fp32 rate or worse. Estimate: forward, backward, optimizer "
+                f"and copy time divided by {FP64_SLOWDOWN:g}."
+            )
+            fix = (
+                "# in the Dataset: hand out float32 (numpy defaults to float64)\n"
+                "x = torch.from_numpy(array.astype(np.float32))\n"
+                "# and keep the model in float32: drop model.double()"
+            )
+        else:
+            est = speedup(summary.step_time_median_s, scale_phases(summary, {"h2d": 2.0}))
+            title = f"Batches are float64 ({names}) and are converted for a {model_dtype or 'non-float64'} model"
+            explain = "Every byte is loaded, collated and copied twice over, then cast. Estimate: the copy halved."
+            fix = "x = torch.from_numpy(array.astype(np.float32))  # in the Dataset, instead of a cast in the loop"
+        return make_finding("BATCH_DTYPE", est, title, evidence, fix, explanation=explain)
+    if not is_gpu(record):
+        return None
+    images = [t for t in cfg.batch if t.dtype == "float32" and len(t.shape) == 4]
+    share = summary.breakdown.get("h2d", 0.0)
+    if not images or share < H2D_MIN_SHARE:
+        return None
+    est = speedup(summary.step_time_median_s, scale_phases(summary, {"h2d": FLOAT32_TO_UINT8_BYTES}))
+    if est < REPORT_MIN_SPEEDUP:
+        return None
+    return make_finding(
+        "BATCH_DTYPE",
+        est,
+        f"Image batches are copied to the GPU as float32 ({share:.0%} of the step); uint8 is 4x smaller",
+        {"float32_image_tensors": [t.path for t in images], "h2d_share": share, "h2d_bytes_per_step": summary.h2d_bytes_per_step},
+        "# keep images uint8 in the workers (PILToTensor, no Normalize) and normalize on the GPU:\n"
+        "loader = stave.data.DeviceLoader(loader, device, mean=MEAN, std=STD, dtype=torch.float32)",
+        explanation="Estimate: the copy time divided by 4 (bytes per pixel).",
+    )
+
+
+def _fixed_costs_s(inp: DoctorInput) -> tuple[float, dict[str, float]]:
+    """Seconds per median step that do not grow with the batch, by source."""
+    record, summary = inp.record, inp.summary
+    cfg = record.config
+    parts: dict[str, float] = {"optimizer_s": phase_s(summary, "optimizer")}
+    overhead = record.probes.op_overhead_ns
+    compute = phase_s(summary, "forward") + phase_s(summary, "backward")
+    ops = None
+    if cfg.aten_ops_by_phase:
+        ops = cfg.aten_ops_by_phase.get("forward", 0) + cfg.aten_ops_by_phase.get("backward", 0)
+    if overhead is not None and ops:
+        # Each op pays a fixed dispatch cost whatever its size; it cannot exceed the phases it is in.
+        parts["dispatch_s"] = min(compute, ops * overhead / 1e9)
+    pipe = summarize_pipeline(record)
+    if pipe is not None and pipe.in_main_process:
+        # The part of the wait beyond the samples' own loading: sampler, fetch and collate overhead.
+        wait = summary.phase_median_s.get("data_wait", 0.0)
+        getitem = sum(s.wall_s_per_sample for s in pipe.stages if s.name != "collate")
+        parts["loader_overhead_s"] = max(0.0, wait - getitem * summary.samples_per_step)
+    return sum(parts.values()), parts
+
+
+def _growth_limit(inp: DoctorInput) -> int:
+    """How many times the batch may grow: :data:`SMALL_BATCH_GROWTH`, or less where GPU memory ends."""
+    record = inp.record
+    total = record.config.device_total_memory_bytes
+    peaks = [s.cuda_peak_bytes for s in record.host if s.cuda_peak_bytes is not None]
+    if is_gpu(record) and total and peaks and max(peaks) > 0:
+        # The whole peak (weights and optimizer state included) scaled: conservative on purpose.
+        return max(1, min(SMALL_BATCH_GROWTH, math.floor(total * GPU_MEMORY_USABLE_SHARE / max(peaks))))
+    return SMALL_BATCH_GROWTH
+
+
+@rule("SMALL_BATCH", kind="doctor")
+def small_batch(inp: DoctorInput) -> Finding | None:
+    """A large share of the step is fixed per-step cost that a bigger batch would amortize."""
+    record, summary = inp.record, inp.summary
+    t = summary.step_time_median_s
+    if summary.steps == 0 or t <= 0 or summary.samples_per_step <= 0:
+        return None
+    fixed_s, parts = _fixed_costs_s(inp)
+    share = min(1.0, fixed_s / t)
+    growth = _growth_limit(inp)
+    if share < SMALL_BATCH_MIN_FIXED_SHARE or growth < 2:
+        return None
+    est = amortized_speedup(share, growth)
+    if est < REPORT_MIN_SPEEDUP:
+        return None
+    batch = round(summary.samples_per_step)
+    loader = main_loader(record)
+    lines = []
+    if loader is not None and loader.batch_size:
+        lines.append(dataloader_call(loader, batch_size=loader.batch_size * growth))
+    else:
+        lines.append(f"batch_size = {batch * growth}")
+    lines.append(f"lr = base_lr * {growth}  # linear scaling rule; warm the rate up over the first epochs")
+    slow_opt = [o for o in record.config.optimizers if not o.foreach and not o.fused and o.param_tensors > 1]
+    if slow_opt:
+        o = slow_opt[0]
+        lines.append(
+            f"# the optimizer updates {o.param_tensors} tensors one by one: "
+            f"torch.optim.{o.type}(params, ..., foreach=True) batches them"
+        )
+    evidence = {
+        "samples_per_step": summary.samples_per_step,
+        "step_time_s": t,
+        "fixed_s_per_step": fixed_s,
+        "fixed_share": share,
+        "batch_growth": growth,
+        "aten_ops_per_step": record.config.aten_ops_per_step,
+        "op_overhead_ns": record.probes.op_overhead_ns,
+        **parts,
+    }
+    return make_finding(
+        "SMALL_BATCH",
+        est,
+        f"{share:.0%} of each step is fixed cost that does not grow with the batch of {batch}",
+        evidence,
+        "\n".join(lines),
+        explanation=(
+            "The optimizer update, per-op dispatch and per-batch loader overhead cost the same for 1 "
+            f"sample or {batch * growth}. Estimate: samples/s with a {growth}x batch, "
+            "1 / (fixed_share / k + 1 - fixed_share)."
+        ),
+    )

@@ -1,0 +1,220 @@
+"""DATA_IO_BOUND and DATA_CPU_BOUND: the step waits for its input, and why.
+
+Both start from the same fact: the median step spends a real share of its time blocked in
+``next()`` on the DataLoader. They then ask the workers (or the main process, with
+``num_workers=0``) what loading a sample consists of. Mostly *blocked* (off-CPU and not queueing
+for a core): storage latency, DATA_IO_BOUND. Mostly on-CPU or queueing for a core: the loading
+needs more CPU than it gets, DATA_CPU_BOUND, with the most expensive stage named.
+"""
+
+from __future__ import annotations
+
+import math
+
+from stave.analyze.host import summarize_host
+from stave.analyze.loading import LoadingBound, loading_bound
+from stave.analyze.pipeline import StageCost
+from stave.analyze.whatif import pipelined_step_s, speedup
+from stave.diagnose.engine import rule
+from stave.diagnose.finding import Finding
+from stave.diagnose.inputs import DoctorInput
+from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, dataloader_call, make_finding, phase_lines
+
+# Hiding a wait shorter than a tenth of the step cannot reach the 1.1x warning level.
+DATA_WAIT_MIN_SHARE = 0.10
+# Loading is I/O-bound when more than half of it is spent blocked: the worker waits on storage
+# more than it computes, so more CPU would not help but more requests in flight would.
+BLOCKED_MIN_SHARE = 0.5
+# A worker blocked on storage uses no CPU, so up to this many per core overlap more requests;
+# beyond it each extra worker mostly costs memory (its own dataset copy and prefetch buffers).
+IO_WORKERS_PER_CORE = 4
+# One worker beyond the break-even count absorbs batch-to-batch jitter, which otherwise surfaces
+# as wait whenever one batch is slower than the compute it hides behind.
+WORKER_SPARE = 1
+
+
+def _needed_workers(lb: LoadingBound) -> int:
+    """Workers whose combined throughput keeps up with the compute, plus a spare."""
+    if lb.compute_wall_s <= 0:
+        return lb.workers + 1
+    return math.ceil(lb.load_wall_s / lb.compute_wall_s) + WORKER_SPARE
+
+
+def _common_evidence(lb: LoadingBound) -> dict[str, object]:
+    pipe = lb.pipeline
+    return {
+        "step_time_s": lb.step_s,
+        "data_wait_s": lb.data_wait_s,
+        "data_wait_share": lb.data_wait_share,
+        "num_workers": lb.workers,
+        "cores_usable": lb.cores,
+        "load_wall_s_per_sample": pipe.wall_s_per_sample,
+        "load_cpu_s_per_sample": pipe.cpu_s_per_sample,
+        "load_wall_s_per_step": lb.load_wall_s,
+        "compute_wall_s_per_step": lb.compute_wall_s,
+        "loading_on_cpu_share": lb.cpu_share,
+        "loading_waiting_for_core_share": lb.run_delay_share,
+        "loading_blocked_share": lb.blocked_share,
+    }
+
+
+def _bound(inp: DoctorInput) -> LoadingBound | None:
+    lb = loading_bound(inp.record, inp.summary, summarize_host(inp.record))
+    if lb is None or lb.data_wait_share < DATA_WAIT_MIN_SHARE:
+        return None
+    return lb
+
+
+@rule("DATA_IO_BOUND", kind="doctor")
+def data_io_bound(inp: DoctorInput) -> Finding | None:
+    """The step waits for data while the loading is mostly blocked on reads."""
+    lb = _bound(inp)
+    if lb is None or lb.blocked_share is None or lb.blocked_share < BLOCKED_MIN_SHARE:
+        return None
+    pipe = lb.pipeline
+    host = summarize_host(inp.record)
+    most = IO_WORKERS_PER_CORE * lb.cores
+    workers = min(max(_needed_workers(lb), lb.workers + 1), most)
+    evidence = _common_evidence(lb)
+    evidence.update(
+        {
+            "opens_per_sample": pipe.opens_per_sample,
+            "read_calls_per_sample": pipe.read_calls_per_sample,
+            "bytes_per_read_call": pipe.bytes_per_read_call,
+            "storage_read_bytes_per_sample": pipe.read_bytes_per_sample,
+            "iowait_pct": host.iowait_pct,
+            "disk_read_bytes_per_s": host.disk_read_bytes_per_s,
+        }
+    )
+    pack = (
+        "# Or remove the per-sample file opens: pack the dataset once into a few large\n"
+        "# memory-mapped shards and read it with stave's loader:\n"
+        "#   stave pack DATA_DIR packed/\n"
+        f"loader = stave.data.ImageLoader('packed/', batch_size={pipe.loader.batch_size}, workers={min(workers, lb.cores)})"
+    )
+    if workers > lb.workers:
+        t_new = pipelined_step_s(lb.compute_wall_s, lb.compute_cpu_s, lb.load_wall_s, lb.load_cpu_s, workers, lb.cores)
+        evidence["suggested_workers"] = workers
+        fix = (
+            f"# {workers} workers keep {workers} reads in flight; blocked workers use no CPU.\n"
+            f"{dataloader_call(pipe.loader, num_workers=workers, persistent_workers=True, prefetch_factor=4)}\n"
+            f"{pack}"
+        )
+    else:
+        # Already as many workers as is sensible: only fewer, larger reads help. Packed shards are
+        # read from the page cache, so the blocked part of loading goes and its CPU part stays.
+        t_new = pipelined_step_s(lb.compute_wall_s, lb.compute_cpu_s, lb.load_cpu_s, lb.load_cpu_s, lb.workers, lb.cores)
+        fix = pack
+    est = speedup(lb.step_s, t_new)
+    if est < REPORT_MIN_SPEEDUP:
+        return None
+    opens = pipe.opens_per_sample
+    detail = f", {opens:.1f} file opens per sample" if opens is not None else ""
+    return make_finding(
+        "DATA_IO_BOUND",
+        est,
+        f"The step waits {lb.data_wait_share:.0%} of its time for data; loading is "
+        f"{lb.blocked_share:.0%} blocked on reads{detail}",
+        evidence,
+        fix,
+        explanation=(
+            "Each sample's loading spends most of its time off-CPU without waiting for a core: "
+            "the workers are blocked on storage. More requests in flight (workers) hide the "
+            "latency; fewer, larger reads (a packed dataset) remove it."
+        ),
+        lines=phase_lines(inp.record, "data_wait"),
+    )
+
+
+# What to do about the most expensive stage, by the kind of work it is.
+_STAGE_ADVICE = {
+    "load": "reading and decoding: stave.data.ImageLoader decodes with libjpeg-turbo, at reduced "
+    "DCT scale when the crop allows",
+    "Resize": "resizing: pack downscaled images once (stave pack --max-side 256) instead of "
+    "resizing every epoch",
+    "RandomResizedCrop": "crop and resize: stave.data.ImageLoader picks the crop before decoding "
+    "and decodes only what the crop needs",
+    "ToTensor": "float conversion: keep samples uint8 (PILToTensor) and convert the whole batch "
+    "on the device with stave.data.DeviceLoader",
+    "Normalize": "normalization: normalize the whole batch on the device with "
+    "stave.data.DeviceLoader(loader, device, mean=..., std=...)",
+    "ConvertImageDtype": "dtype conversion: convert the whole batch on the device with "
+    "stave.data.DeviceLoader",
+    "collate": "collation: return whole batches from a batched __getitems__, or use "
+    "stave.data.ImageLoader, which collates into preallocated buffers",
+}
+
+
+def _stage_advice(stage: StageCost) -> str:
+    base = stage.name.split("#", 1)[0].split(".")[-1]
+    return _STAGE_ADVICE.get(
+        base,
+        f"{base}: make it cheaper, or apply it to the whole batch on the device (ImageLoader's batch_transform)",
+    )
+
+
+@rule("DATA_CPU_BOUND", kind="doctor")
+def data_cpu_bound(inp: DoctorInput) -> Finding | None:
+    """The step waits for data while the loading is CPU work (or queues for a busy machine's cores)."""
+    lb = _bound(inp)
+    if lb is None or (lb.blocked_share is not None and lb.blocked_share >= BLOCKED_MIN_SHARE):
+        return None
+    pipe = lb.pipeline
+    host = summarize_host(inp.record)
+    top = pipe.top_stage()
+    evidence = _common_evidence(lb)
+    evidence.update(
+        {
+            "machine_cpu_pct": host.cpu_system_pct,
+            "workers_cpu_pct": host.cpu_workers_pct,
+            "stages_us_per_sample": {s.name: s.wall_s_per_sample * 1e6 for s in pipe.stages},
+            "top_stage": top.name if top else None,
+            "top_stage_share": top.share if top else None,
+        }
+    )
+    stage_line = ""
+    if top is not None:
+        stage_line = f"# The most expensive stage is {top.name} ({top.share:.0%} of loading): {_stage_advice(top)}.\n"
+    workers = min(max(_needed_workers(lb), lb.workers + 1), lb.cores)
+    if workers > lb.workers:
+        t_new = pipelined_step_s(lb.compute_wall_s, lb.compute_cpu_s, lb.load_wall_s, lb.load_cpu_s, workers, lb.cores)
+        evidence["suggested_workers"] = workers
+        fix = (
+            f"# Load in {workers} worker processes (this machine has {lb.cores} usable cores), alongside the compute.\n"
+            f"{dataloader_call(pipe.loader, num_workers=workers, persistent_workers=True)}\n{stage_line}"
+        )
+        how = f"with {workers} workers"
+    elif top is not None:
+        # No core left for another worker: only cheaper loading helps. The estimate is the upper
+        # bound of that, the top stage costing nothing.
+        share_left = 1.0 - top.share
+        t_new = pipelined_step_s(
+            lb.compute_wall_s,
+            lb.compute_cpu_s,
+            lb.load_wall_s * share_left,
+            lb.load_cpu_s * share_left,
+            lb.workers,
+            lb.cores,
+        )
+        fix = stage_line
+        how = f"if {top.name} cost nothing (an upper bound)"
+    else:
+        return None
+    est = speedup(lb.step_s, t_new)
+    if est < REPORT_MIN_SPEEDUP:
+        return None
+    where = "the main process" if pipe.in_main_process else f"{lb.workers} workers"
+    stage_text = f"; {top.name} is {top.share:.0%} of it" if top is not None else ""
+    return make_finding(
+        "DATA_CPU_BOUND",
+        est,
+        f"The step waits {lb.data_wait_share:.0%} of its time for data loaded on the CPU by {where}{stage_text}",
+        evidence,
+        fix,
+        explanation=(
+            f"Loading a step's samples takes {lb.load_wall_s * 1e3:.0f} ms of work against "
+            f"{lb.compute_wall_s * 1e3:.0f} ms of compute to hide behind, and the loading is CPU work "
+            f"({lb.cpu_share:.0%} on-CPU). Estimate {how}, bounded by the cores the compute also needs."
+        ),
+        lines=phase_lines(inp.record, "data_wait"),
+    )

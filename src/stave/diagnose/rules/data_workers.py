@@ -1,0 +1,151 @@
+"""DATA_WORKER_STARTUP and FORK_UNSAFE_HANDLE: what loader worker processes cost and risk.
+
+Worker start-up: without ``persistent_workers`` every epoch (every ``iter(loader)``) starts the
+workers anew, and the first batch of the epoch waits for them to start and fill the pipeline.
+Fork-unsafe handles: a dataset that opens a file, HDF5, LMDB or SQLite handle in ``__init__`` hands
+that same handle to every forked worker, which then share one file offset or one library state.
+"""
+
+from __future__ import annotations
+
+from stave.analyze.pipeline import summarize_pipeline
+from stave.analyze.stats import median
+from stave.analyze.whatif import speedup
+from stave.diagnose.engine import rule
+from stave.diagnose.finding import Finding
+from stave.diagnose.inputs import DoctorInput
+from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, dataloader_call, make_finding
+from stave.measure.config import LoaderInfo
+
+# Start methods that begin each worker as a fresh interpreter which imports torch and unpickles
+# the dataset: seconds per worker rather than the milliseconds of a fork.
+FRESH_INTERPRETER_METHODS = ("spawn", "forkserver")
+
+
+def _batch_load_s(inp: DoctorInput, loader: LoaderInfo) -> float:
+    """What a first batch costs with workers already running: one worker loading one batch."""
+    pipe = summarize_pipeline(inp.record)
+    if pipe is not None and pipe.loader.loader_id == loader.loader_id:
+        return pipe.wall_s_per_sample * (loader.batch_size or inp.summary.samples_per_step or 1)
+    # No worker accounts: the steady median wait is the best lower bound of a batch's cost.
+    return inp.summary.phase_median_s.get("data_wait", 0.0)
+
+
+@rule("DATA_WORKER_STARTUP", kind="doctor")
+def data_worker_startup(inp: DoctorInput) -> Finding | None:
+    """Each epoch restarts the loader's workers and the first batch waits for them."""
+    record, summary = inp.record, inp.summary
+    if summary.steps == 0 or not record.steps:
+        return None
+    best: Finding | None = None
+    for loader in record.config.loaders:
+        restarts = loader.iterators_created - 1
+        waits = loader.first_batch_wait_ns[1:]
+        if loader.num_workers == 0 or loader.persistent_workers or restarts < 1 or not waits:
+            continue
+        first_wait_s = median([w / 1e9 for w in waits])
+        batch_s = _batch_load_s(inp, loader)
+        excess_s = max(0.0, first_wait_s - batch_s)
+        # Spread the restarts over every step the run took (epochs end whether counted or not).
+        saved_s = excess_s * restarts / len(record.steps)
+        t = summary.step_time_mean_s
+        # Removing the stalls cannot make the mean step faster than the fastest step.
+        t_new = max(t - saved_s, summary.step_time_min_s)
+        est = speedup(t, t_new)
+        if est < REPORT_MIN_SPEEDUP:
+            continue
+        method = loader.multiprocessing_context or "fork"
+        note = ""
+        if method in FRESH_INTERPRETER_METHODS:
+            note = (
+                f"# With {method!r} each worker is a fresh interpreter that imports torch and unpickles\n"
+                "# the dataset; persistent workers pay that once per run instead of once per epoch.\n"
+            )
+        steps_per_epoch = len(record.steps) / loader.iterators_created
+        finding = make_finding(
+            "DATA_WORKER_STARTUP",
+            est,
+            f"Every epoch restarts {loader.num_workers} loader workers: the first batch waits "
+            f"{first_wait_s:.2f} s (about {steps_per_epoch:.0f} steps per epoch)",
+            {
+                "num_workers": loader.num_workers,
+                "start_method": method,
+                "iterators_created": loader.iterators_created,
+                "first_batch_wait_s": first_wait_s,
+                "batch_load_s": batch_s,
+                "startup_excess_s": excess_s,
+                "steps_per_epoch": steps_per_epoch,
+                "step_time_mean_s": t,
+                "startup_s_per_step": saved_s,
+            },
+            f"{note}{dataloader_call(loader, persistent_workers=True)}",
+            explanation=(
+                "persistent_workers=False shuts the workers down at the end of every epoch and starts "
+                "new ones for the next; short epochs pay that start-up often. Estimate on the mean "
+                "step time, since the cost comes as one stall per epoch."
+            ),
+        )
+        if best is None or finding.est_speedup > best.est_speedup:
+            best = finding
+    return best
+
+
+# How to open each kind of handle lazily, once per worker.
+_OPENERS = {
+    "h5py.File": 'h5py.File(self.path, "r")',
+    "lmdb.Environment": "lmdb.open(self.path, readonly=True, lock=False, readahead=False)",
+    "sqlite3.Connection": "sqlite3.connect(self.path)",
+    "zipfile.ZipFile": "zipfile.ZipFile(self.path)",
+    "tarfile.TarFile": "tarfile.open(self.path)",
+}
+
+
+def _parse_handle(text: str) -> tuple[str, str]:
+    """``"dataset.db -> h5py.File"`` -> (``"db"``, ``"h5py.File"``)."""
+    where, _, kind = text.partition(" -> ")
+    attr = where.rsplit(".", 1)[-1] if "." in where else where
+    return attr.strip() or "handle", kind.strip() or "handle"
+
+
+@rule("FORK_UNSAFE_HANDLE", kind="doctor")
+def fork_unsafe_handle(inp: DoctorInput) -> Finding | None:
+    """The dataset holds an open handle that forked workers inherit and share."""
+    handles: list[str] = []
+    loader_with: LoaderInfo | None = None
+    for loader in inp.record.config.loaders:
+        # The capture lists handles only for loaders whose workers are forked from this process.
+        if loader.num_workers > 0 and loader.fork_unsafe_handles:
+            handles.extend(loader.fork_unsafe_handles)
+            loader_with = loader_with or loader
+    if loader_with is None:
+        return None
+    attr, kind = _parse_handle(handles[0])
+    opener = _OPENERS.get(kind, 'open(self.path, "rb")')
+    fix = f"""class {loader_with.dataset_type}(Dataset):
+    def __init__(self, path):
+        self.path = path
+        self.{attr} = None  # opened in each worker, never shared across a fork
+
+    def __getitem__(self, index):
+        if self.{attr} is None:
+            self.{attr} = {opener}
+        ..."""
+    return make_finding(
+        "FORK_UNSAFE_HANDLE",
+        1.0,
+        f"{len(handles)} open handle(s) in the dataset are shared by {loader_with.num_workers} forked workers: {handles[0]}",
+        {
+            "handles": handles,
+            "num_workers": loader_with.num_workers,
+            "start_method": loader_with.multiprocessing_context or "fork",
+            "dataset_type": loader_with.dataset_type,
+        },
+        fix,
+        explanation=(
+            "A forked worker inherits the parent's open descriptors: all workers then share one file "
+            "offset (a seek in one moves the others' reads) or one HDF5/LMDB/SQLite library state, "
+            "which those libraries do not support across fork. The result is wrong samples without an "
+            "error, or a crash. About correctness, not speed: est_speedup 1.0."
+        ),
+        severity="critical",
+    )

@@ -1,0 +1,108 @@
+"""NO_MIXED_PRECISION: fp32 compute on hardware that runs bf16 (or fp16) faster.
+
+Where the device has native 16-bit matrix units (AMX/AVX512-BF16 on recent x86 CPUs, tensor cores
+on GPUs from Volta/Ampere on), ``torch.autocast`` runs matmuls and convolutions in 16 bits while
+keeping reductions and the weights in fp32. The doctor measures the device's own bf16/fp32 matmul
+ratio after the script ends; the estimate applies that measured ratio, never an assumed one.
+"""
+
+from __future__ import annotations
+
+from stave.analyze.whatif import phase_s, speedup
+from stave.diagnose.engine import rule
+from stave.diagnose.finding import Finding
+from stave.diagnose.inputs import DoctorInput
+from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, is_gpu, make_finding, phase_lines
+
+# Below 1.3x the casts autocast adds around each matmul eat most of the gain (the issue's bar for
+# calling a CPU's bf16 "native"); the same bar keeps GPUs honest where the probe finds little.
+BF16_MIN_RATIO = 1.3
+# Tensor cores for bf16 arrived with compute capability 8.0 (Ampere).
+BF16_MIN_CAPABILITY = (8, 0)
+# The phases autocast speeds up: the model's matmuls and convolutions run in forward and backward;
+# the optimizer keeps fp32 master weights.
+AUTOCAST_PHASES = ("forward", "backward")
+
+
+def _matmul_time_s(inp: DoctorInput, gpu: bool) -> tuple[float, dict[str, float]]:
+    """Seconds per median step that autocast can run in bf16, with the bounds that set it.
+
+    Forward and backward also hold per-op dispatch (fixed, whatever the dtype) and elementwise ops
+    (autocast leaves them fp32). Dispatch is ops x the measured per-op cost (on CPU, where it is on
+    the timeline); matmul time is at most the counted matmul/conv FLOPs at the probe's fp32 rate.
+    """
+    record, summary = inp.record, inp.summary
+    cfg = record.config
+    fwd_bwd = sum(phase_s(summary, p) for p in AUTOCAST_PHASES)
+    parts: dict[str, float] = {"forward_backward_s": fwd_bwd}
+    compute = fwd_bwd
+    overhead = record.probes.op_overhead_ns
+    ops = sum(cfg.aten_ops_by_phase.get(p, 0) for p in AUTOCAST_PHASES)
+    if not gpu and overhead is not None and ops:
+        dispatch = min(fwd_bwd, ops * overhead / 1e9)
+        parts["dispatch_s"] = dispatch
+        compute = fwd_bwd - dispatch
+    rate = record.probes.fp32_matmul_flops_per_s
+    flops = sum(cfg.flops_by_phase.get(p, 0) for p in AUTOCAST_PHASES) or cfg.flops_per_step
+    if rate and flops:
+        parts["matmul_s_at_probe_rate"] = flops / rate
+        compute = min(compute, flops / rate)
+    parts["autocast_s"] = compute
+    return compute, parts
+
+
+@rule("NO_MIXED_PRECISION", kind="doctor")
+def no_mixed_precision(inp: DoctorInput) -> Finding | None:
+    """The model computes in fp32 where this device's measured bf16 matmul rate is much higher."""
+    record, summary = inp.record, inp.summary
+    cfg = record.config
+    if summary.steps == 0 or cfg.autocast_enabled:
+        return None
+    if cfg.param_dtypes:
+        dominant = max(cfg.param_dtypes, key=lambda k: cfg.param_dtypes[k]).replace("torch.", "")
+        if dominant != "float32":
+            return None
+    ratio = record.probes.bf16_speedup
+    if ratio is None or ratio < BF16_MIN_RATIO:
+        return None
+    gpu = is_gpu(record)
+    if gpu:
+        capability = tuple(cfg.device_capability or ())
+        if capability < BF16_MIN_CAPABILITY:
+            return None
+    elif not cfg.bf16_native:
+        return None
+    matmul_s, parts = _matmul_time_s(inp, gpu)
+    t = summary.step_time_median_s
+    est = speedup(t, t - matmul_s * (1.0 - 1.0 / ratio))
+    if est < REPORT_MIN_SPEEDUP:
+        return None
+    device = "cuda" if gpu else "cpu"
+    share = sum(summary.breakdown.get(p, 0.0) for p in AUTOCAST_PHASES)
+    return make_finding(
+        "NO_MIXED_PRECISION",
+        est,
+        f"fp32 compute ({share:.0%} of the step) on a {device.upper()} where bf16 matmuls run {ratio:.1f}x faster",
+        {
+            "bf16_probe_speedup": ratio,
+            "bf16_probe_shape": record.probes.bf16_probe_shape,
+            "forward_backward_share": share,
+            "autocast_enabled": cfg.autocast_enabled,
+            "param_dtypes": cfg.param_dtypes,
+            "device_name": cfg.device_name,
+            "bf16_native": cfg.bf16_native,
+            **parts,
+        },
+        f"""with torch.autocast("{device}", dtype=torch.bfloat16):
+    output = model(x)
+    loss = criterion(output, y)
+loss.backward()   # outside autocast; weights and optimizer stay fp32
+optimizer.step()""",
+        explanation=(
+            "Estimate: the matmul/convolution time of forward and backward divided by the measured "
+            "bf16/fp32 matmul ratio. That time is forward+backward less the host's per-op dispatch, "
+            "and at most the step's counted FLOPs at the probe's fp32 rate. Check the loss curve "
+            "against an fp32 run."
+        ),
+        lines=phase_lines(record, "forward", limit=2),
+    )

@@ -1,0 +1,97 @@
+"""STEP_OUTLIERS: a few steps far slower than the rest, often on a rhythm (checkpoints, logging).
+
+The stall's phase says what it is: ``other`` is code outside the model, loader and optimizer
+(``torch.save``, a metrics flush, a validation pass); ``data_wait`` at epoch starts is worker
+start-up, which DATA_WORKER_STARTUP explains, so it is left to that rule. The stack samples of
+the slow steps name the line.
+"""
+
+from __future__ import annotations
+
+from stave.analyze.hotlines import hot_lines
+from stave.analyze.outliers import find_outliers
+from stave.analyze.whatif import speedup
+from stave.diagnose.engine import rule
+from stave.diagnose.finding import Finding
+from stave.diagnose.inputs import DoctorInput
+from stave.diagnose.rules._helpers import LINE_MIN_SHARE, REPORT_MIN_SPEEDUP, make_finding
+
+# One slow step is an accident; two or more are a pattern worth a finding.
+OUTLIER_MIN_COUNT = 2
+
+_PHASE_FIX = {
+    "other": (
+        "# Save in the background: copy the state off the training tensors (fast), write it in a\n"
+        "# thread (slow), so the next steps run while the file is written.\n"
+        "import threading\n"
+        "def save_async(state, path):\n"
+        "    snapshot = {k: v.detach().to('cpu', copy=True) for k, v in state.items()}\n"
+        "    threading.Thread(target=torch.save, args=(snapshot, path), daemon=False).start()\n"
+        "# (torch.distributed.checkpoint.async_save does the same for sharded state), or save less often"
+    ),
+    "data_wait": (
+        "# A periodic slow batch: look for a sample or shard that is much larger or on slower\n"
+        "# storage, or raise prefetch_factor so one slow batch hides behind the others:\n"
+        "loader = DataLoader(dataset, ..., num_workers=N, prefetch_factor=4, persistent_workers=True)"
+    ),
+    "forward": (
+        "# Slow forwards on a rhythm: shapes that change (recompilation with torch.compile, cuDNN\n"
+        "# autotuning a new shape): pad to a few fixed shapes, or mark dims dynamic:\n"
+        "torch._dynamo.mark_dynamic(x, 0)"
+    ),
+    "backward": "# Slow backwards on a rhythm: look for gradient hooks or collectives that run every N steps",
+    "optimizer": "# Slow optimizer steps on a rhythm: an LR scheduler, EMA or gradient clipping that runs every N steps",
+    "h2d": "# Slow copies on a rhythm: pin the batches (pin_memory=True) so copies do not page-fault",
+}
+
+
+def _startup_explains(inp: DoctorInput, outliers: int) -> bool:
+    """Data-wait stalls at epoch starts with non-persistent workers are DATA_WORKER_STARTUP's."""
+    restarts = sum(
+        max(0, loader.iterators_created - 1)
+        for loader in inp.record.config.loaders
+        if loader.num_workers > 0 and not loader.persistent_workers
+    )
+    return restarts > 0 and outliers <= restarts + 1
+
+
+@rule("STEP_OUTLIERS", kind="doctor")
+def step_outliers(inp: DoctorInput) -> Finding | None:
+    """Some steps take a multiple of the median step; the stall is removed from the mean."""
+    record, summary = inp.record, inp.summary
+    out = find_outliers(record.steps)
+    if len(out.indices) < OUTLIER_MIN_COUNT:
+        return None
+    phase = out.dominant_phase() or "other"
+    if phase == "data_wait" and _startup_explains(inp, len(out.indices)):
+        return None
+    t = summary.step_time_mean_s
+    est = speedup(t, t - out.excess_per_step_s)
+    if est < REPORT_MIN_SPEEDUP:
+        return None
+    lines = [h.label for h in hot_lines(record.stacks, out.indices, phase, limit=3) if h.share >= LINE_MIN_SHARE]
+    rhythm = f" every {out.period_steps} steps" if out.period_steps else ""
+    stall_s = out.excess_s / len(out.indices)
+    return make_finding(
+        "STEP_OUTLIERS",
+        est,
+        f"{len(out.indices)} of {out.counted} steps stall{rhythm} for {stall_s:.2f} s extra, in {phase}",
+        {
+            "outlier_steps": out.indices[:20],
+            "outliers": len(out.indices),
+            "steps_counted": out.counted,
+            "period_steps": out.period_steps,
+            "step_time_median_s": out.median_s,
+            "step_time_mean_s": t,
+            "outlier_threshold_s": out.threshold_s,
+            "stall_s_per_outlier": stall_s,
+            "stall_s_per_step": out.excess_per_step_s,
+            "stall_s_by_phase": out.excess_by_phase_s,
+        },
+        _PHASE_FIX.get(phase, _PHASE_FIX["other"]),
+        explanation=(
+            "Estimate on the mean step time (the stalls are occasional): "
+            "mean / (mean - excess of the slow steps over the median, spread over all steps)."
+        ),
+        lines=lines,
+    )

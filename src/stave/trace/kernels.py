@@ -1,0 +1,110 @@
+"""What a GPU kernel is, from its name: communication or compute, matmul-like, tensor cores, precision.
+
+Kernel names are the only description a trace carries, and they follow the libraries' naming:
+
+* communication: NCCL/RCCL/HCCL kernels (``ncclDevKernel_AllReduce...``, ``ncclKernel_SendRecv...``)
+  and custom all-reduce kernels;
+* matmul-like (GEMM, convolution, attention): cuBLAS/cuBLASLt (``sgemm``, ``s16816gemm``, ``nvjet_*``),
+  CUTLASS (``cutlass_80_tensorop_*``), cuDNN (``implicit_convolve``, ``xmma_fprop``), flash/efficient
+  attention (``flash_fwd``, ``fmha``), Triton matmul templates (``triton_tem_*mm``), ROCm Tensile
+  (``Cijk_*``) and MIOpen;
+* tensor cores: MMA instruction families in the name (``hmma``, ``gmma``/``wgmma``, ``xmma``,
+  ``tensorop``, cuBLAS tile names ``s16816``/``h1688``/``s884``, ``nvjet``, flash attention, Triton
+  ``tl.dot`` matmuls, AMD matrix-core ``MI``/``mfma`` kernels);
+* precision: fp16/bf16/fp8 markers (``Half``, ``BFloat16``, ``__half``, ``bf16``, ``f16``, ``e4m3``),
+  TF32 (``tf32``, CUTLASS ``tensorop_s1688`` without a half marker) or plain fp32 (``sgemm``,
+  ``<float``).
+
+Classification runs once per distinct name, so its cost does not grow with the trace.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+COMPUTE, COMMUNICATION, MEMORY = "compute", "communication", "memory"
+
+_COMM = re.compile(
+    r"nccl|rccl|hccl|cross_device_reduce|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|sendrecv",
+    re.IGNORECASE,
+)
+_MATMUL = re.compile(
+    r"gemm|gemv|matmul|_mm_|_mm$|_bmm|addmm|hmma|gmma|xmma|imma|mfma|tensorop|cutlass|cublas|nvjet"
+    r"|conv(?!ert)|winograd|dgrad|wgrad|fprop|flash|fmha|attention|Cijk_|miopen|igemm",
+    re.IGNORECASE,
+)
+_TRITON_MM = re.compile(r"^triton_.*(?:tem_|_mm|_bmm|_addmm|matmul|_dot)", re.IGNORECASE)
+_TENSOR_CORE = re.compile(
+    r"hmma|gmma|wgmma|xmma|imma|mfma|tensorop|nvjet|flash|fmha"
+    r"|[shi](?:884|1688|16816|8816|16832)|_MI\d+x\d+|tf32",
+    re.IGNORECASE,
+)
+_LOW_PRECISION = re.compile(
+    r"c10::Half|c10::BFloat16|__half|__nv_bfloat16|bfloat16|float16|bf16|fp16|f16|_h884|h1688|h16816"
+    r"|hgemm|e4m3|e5m2|fp8|_HB_|_HH_|_BB_|nvjet_h|nvjet_b",
+    re.IGNORECASE,
+)
+_TF32 = re.compile(r"tf32|tensorop_s1688|_s1688gemm|nvjet_t", re.IGNORECASE)
+_FP32 = re.compile(r"sgemm|<float|float>|_f32|fp32|Cijk_.*_SB_|gemmSN|gemv2", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class KernelClass:
+    """How a kernel name reads: group, matmul-like, tensor cores, precision (low | tf32 | fp32 | unknown)."""
+
+    group: str
+    matmul: bool
+    tensor_core: bool
+    precision: str
+
+
+@functools.lru_cache(maxsize=65536)
+def classify_kernel(name: str) -> KernelClass:
+    """Classify a kernel by name (see the module docstring for the name families)."""
+    if _COMM.search(name):
+        return KernelClass(COMMUNICATION, False, False, _precision(name))
+    triton_mm = bool(_TRITON_MM.search(name))
+    matmul = triton_mm or bool(_MATMUL.search(name))
+    tensor_core = matmul and (triton_mm or bool(_TENSOR_CORE.search(name)))
+    return KernelClass(COMPUTE, matmul, tensor_core, _precision(name))
+
+
+def _precision(name: str) -> str:
+    if _LOW_PRECISION.search(name):
+        return "low"
+    if _TF32.search(name):
+        return "tf32"
+    if _FP32.search(name):
+        return "fp32"
+    return "unknown"
+
+
+def is_comm_name(name: str) -> bool:
+    """True for collective names on the host too (``nccl:all_reduce``, ``gloo:all_reduce``, c10d ops)."""
+    return bool(_COMM.search(name)) or name.startswith(("gloo:", "c10d::", "record_param_comms"))
+
+
+def short_name(name: str, limit: int = 90) -> str:
+    """A kernel or op name without template arguments and parameter lists, for tables."""
+    out = []
+    depth = 0
+    for ch in name:
+        if ch == "<":
+            depth += 1
+        elif ch == ">" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    text = "".join(out).strip()
+    if text.endswith(")") and not text.startswith(("Memcpy", "Memset")):
+        # Drop the trailing parameter list: the '(' that matches the final ')'.
+        depth = 0
+        for k in range(len(text) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(text[k], 0)
+            if depth == 0:
+                text = text[:k] if k > 0 else text
+                break
+    text = text.removeprefix("void ").strip() or name
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,130 @@
+"""Step windows: where each ``ProfilerStep#N`` starts and ends on the trace's timeline.
+
+``torch.profiler`` marks each ``prof.step()`` interval with a ``ProfilerStep#N`` annotation on the
+thread that drives training. The GPU work a step launches can finish after the annotation closes
+(launches are asynchronous), so a step's window is:
+
+    start = the annotation's start
+    end   = max(annotation end, end of the last GPU activity launched from inside the annotation),
+            but never past the next step's start, nor past the last event of the trace.
+
+The last clip handles real traces whose last annotation runs on long after the profiler stopped
+(the end of the trace is the end of the profiler's own "Trace" span when the file has one).
+Without step markers the whole trace (first event to last) is one step, and the analysis says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from stave.trace.tables import RUNTIME, TraceData
+
+
+@dataclass
+class StepWindows:
+    """Step numbers and their [start, end) windows in ns; ``marked`` is False for the whole-trace step."""
+
+    numbers: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    cpu_end: np.ndarray
+    thread: int
+    marked: bool
+
+    def __len__(self) -> int:
+        return len(self.numbers)
+
+    @property
+    def duration(self) -> np.ndarray:
+        """Window lengths (ns)."""
+        return self.end - self.start
+
+    def step_of(self, t: np.ndarray) -> np.ndarray:
+        """Index of the window containing each time, or -1."""
+        i = np.searchsorted(self.start, t, side="right") - 1
+        ok = (i >= 0) & (t < self.end[np.maximum(i, 0)])
+        return np.where(ok, i, -1)
+
+
+def trace_extent(data: TraceData, exclude: np.ndarray | None = None) -> tuple[int, int]:
+    """First start and last end over all host and GPU events (host rows in ``exclude`` left out)."""
+    keep = np.ones(len(data.host), dtype=bool)
+    if exclude is not None:
+        keep[exclude] = False
+    if not keep.any() and len(data.gpu) == 0:
+        keep[:] = True  # nothing but step markers: their own extent is all there is
+    starts = [a.min() for a in (data.host.start[keep], data.gpu.start) if len(a)]
+    ends = [a.max() for a in (data.host.end[keep], data.gpu.end) if len(a)]
+    return int(min(starts)), int(max(ends))
+
+
+def find_steps(data: TraceData) -> StepWindows:
+    """Step windows of one trace (see the module docstring for the exact rule)."""
+    host = data.host
+    step_ids = data.step_name_ids()
+    mask = np.isin(host.name, np.fromiter(step_ids, dtype=np.int32)) if step_ids else np.zeros(len(host), bool)
+    idx = np.flatnonzero(mask)
+    # Some real traces have a last marker that runs on long after the profiler stopped recording:
+    # where the profiler's own window ("Trace" span) is known, markers are clipped to it.
+    lo, hi = trace_extent(data, exclude=idx)
+    if data.profiler_span is not None:
+        hi = max(hi, data.profiler_span[1])
+    elif len(idx):
+        hi = max(hi, int(host.end[idx].max()))
+    if len(idx) == 0:
+        return StepWindows(
+            numbers=np.array([0]),
+            start=np.array([lo], dtype=np.int64),
+            end=np.array([hi], dtype=np.int64),
+            cpu_end=np.array([hi], dtype=np.int64),
+            thread=_busiest_thread(data),
+            marked=False,
+        )
+    # The training thread is the one that carries the step markers (the most of them, if several).
+    threads, counts = np.unique(host.thread[idx], return_counts=True)
+    thread = int(threads[np.argmax(counts)])
+    idx = idx[host.thread[idx] == thread]
+    idx = idx[np.argsort(host.start[idx], kind="stable")]
+    numbers = np.array([step_ids[int(n)] for n in host.name[idx]])
+    start = host.start[idx].astype(np.int64)
+    cpu_end = np.minimum(host.end[idx], hi).astype(np.int64)
+    end = np.maximum(cpu_end, _gpu_end_of_launches(data, start, cpu_end))
+    next_start = np.append(start[1:], hi)
+    # Windows never overlap, so per-step parts can be summed over steps.
+    end = np.minimum(end, next_start)
+    keep = end > start
+    return StepWindows(numbers[keep], start[keep], end[keep], cpu_end[keep], thread, True)
+
+
+def _gpu_end_of_launches(data: TraceData, start: np.ndarray, cpu_end: np.ndarray) -> np.ndarray:
+    """Per step, the last end of GPU activity whose launch call lies inside the step annotation."""
+    out = np.zeros(len(start), dtype=np.int64)
+    host, gpu = data.host, data.gpu
+    if len(gpu) == 0:
+        return out
+    rt = host.cat == RUNTIME
+    launch_corr = host.corr[rt]
+    launch_t = host.start[rt]
+    order = np.argsort(launch_corr, kind="stable")
+    launch_corr = launch_corr[order]
+    launch_t = launch_t[order]
+    pos = np.searchsorted(launch_corr, gpu.corr)
+    pos_c = np.minimum(pos, max(len(launch_corr) - 1, 0))
+    found = (len(launch_corr) > 0) & (gpu.corr >= 0)
+    if len(launch_corr):
+        found &= launch_corr[pos_c] == gpu.corr
+    t = np.where(found, launch_t[pos_c] if len(launch_corr) else 0, -1)
+    i = np.searchsorted(start, t, side="right") - 1
+    inside = found & (i >= 0) & (t < cpu_end[np.maximum(i, 0)])
+    np.maximum.at(out, i[inside], gpu.end[inside])
+    return out
+
+
+def _busiest_thread(data: TraceData) -> int:
+    host = data.host
+    if len(host) == 0:
+        return -1
+    busy = np.bincount(host.thread, weights=(host.end - host.start).astype(np.float64))
+    return int(np.argmax(busy))

@@ -1,0 +1,126 @@
+"""Synchronizing runtime calls, attributed to the op and the source line that issued them.
+
+A synchronizing call blocks the host until the GPU has drained (``cudaStreamSynchronize``,
+``cudaDeviceSynchronize``, ``cudaEventSynchronize``, a synchronous ``cudaMemcpy``; the HIP names
+on ROCm). Inside a training step each one costs twice: the host waits, and afterwards the GPU idles
+until the host has launched new work. ``.item()``, ``.cpu()``, ``print(loss)`` and
+``torch.cuda.synchronize()`` are the usual sources. Each call is charged to the outermost PyTorch
+op around it (``aten::item``: what the user called) and, when the trace has Python frames
+(``with_stack=True``), to the innermost frame of the user's own code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from stave.trace import intervals as iv
+from stave.trace.nesting import Tree, user_frame
+from stave.trace.steps import StepWindows
+from stave.trace.tables import KERNEL, RUNTIME, TraceData
+
+SYNC_CALLS: frozenset[str] = frozenset(
+    {
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "cudaMemcpy2D",
+        "cudaMemcpyFromSymbol",
+        "cudaMemcpyToSymbol",
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuEventSynchronize",
+        "cuMemcpyDtoH_v2",
+        "cuMemcpyHtoD_v2",
+        "hipStreamSynchronize",
+        "hipDeviceSynchronize",
+        "hipEventSynchronize",
+        "hipMemcpy",
+        "hipMemcpyWithStream",
+    }
+)
+MAX_SITES = 20
+
+
+@dataclass
+class SyncSite:
+    """Sync calls with the same call, op and source line."""
+
+    call: str
+    op: str | None
+    file: str | None
+    line: int | None
+    function: str | None
+    count: int
+    blocked_s: float
+    gpu_idle_after_s: float
+
+
+@dataclass
+class SyncSummary:
+    """All synchronizing calls inside the steps."""
+
+    calls: int
+    calls_per_step: float
+    blocked_s: float
+    gpu_idle_after_ns_per_step: list[int]
+    sites: list[SyncSite]
+
+
+def analyze_syncs(data: TraceData, windows: StepWindows, ops: Tree, frames: Tree) -> SyncSummary:
+    """Find sync calls inside the steps, attribute them, and measure the GPU idle they leave behind.
+
+    The idle they cause is the GPU idle time from the call's start to the first kernel that starts
+    after it returns: the GPU drains while the host waits, then waits for the host to launch again.
+    """
+    host, gpu = data.host, data.gpu
+    ids = data.name_ids_where(lambda n: n in SYNC_CALLS)
+    mask = (host.cat == RUNTIME) & np.isin(host.name, ids) if len(ids) else np.zeros(len(host), bool)
+    rows = np.flatnonzero(mask)
+    step = windows.step_of(host.start[rows])
+    rows = rows[step >= 0]
+    step = step[step >= 0]
+    kernels = gpu.kind == KERNEL
+    k_start = np.sort(gpu.start[kernels])
+    busy = iv.merge(gpu.start[kernels], gpu.end[kernels])
+    idle_per_step = np.zeros(len(windows), dtype=np.int64)
+    sites: dict[tuple, list] = {}
+    for r, si in zip(rows.tolist(), step.tolist()):
+        t0, t1 = int(host.start[r]), int(host.end[r])
+        nxt = np.searchsorted(k_start, t1, side="left")
+        # Without a later kernel in the step, only the call itself is charged: what follows it
+        # could be anything (data loading, the end of the profiled window).
+        resume = int(k_start[nxt]) if nxt < len(k_start) else t1
+        if resume > int(windows.end[si]):
+            resume = t1
+        idle = 0
+        if resume > t0:
+            idle = (resume - t0) - int(iv.measure_in(busy, np.array([t0]), np.array([resume]))[0])
+        idle_per_step[si] += idle
+        thread = int(host.thread[r])
+        op_chain = ops.enclosing(thread, t0, t1)
+        op = data.names[int(host.name[ops.rows[op_chain[-1]]])] if op_chain else None
+        frame = None
+        for j in frames.enclosing(thread, t0, t1):
+            frame = user_frame(data.names[int(host.name[frames.rows[j]])])
+            if frame is not None:
+                break
+        key = (data.names[int(host.name[r])], op, *(frame or (None, None, None)))
+        entry = sites.setdefault(key, [0, 0, 0])
+        entry[0] += 1
+        entry[1] += t1 - t0
+        entry[2] += idle
+    site_list = [
+        SyncSite(call, op, file, line, func, n, blocked / 1e9, idle / 1e9)
+        for (call, op, file, line, func), (n, blocked, idle) in sites.items()
+    ]
+    site_list.sort(key=lambda s: (-s.count, -s.blocked_s, s.call))
+    return SyncSummary(
+        calls=len(rows),
+        calls_per_step=len(rows) / len(windows) if len(windows) else 0.0,
+        blocked_s=float((host.end[rows] - host.start[rows]).sum()) / 1e9,
+        gpu_idle_after_ns_per_step=idle_per_step.tolist(),
+        sites=site_list[:MAX_SITES],
+    )

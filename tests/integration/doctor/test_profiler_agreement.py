@@ -1,0 +1,52 @@
+"""The doctor's forward/backward/optimizer times agree with torch.profiler's spans of the same steps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile, record_function
+
+import stave
+
+pytestmark = pytest.mark.slow
+
+# Both tools time the same calls with their own clocks; the profiler's range bookkeeping and our
+# hooks sit at slightly different points of each call, so a small tolerance is needed.
+TOLERANCE = 0.10
+
+
+def test_phases_agree_with_profiler() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(32, 3, 48, 48)
+    y = torch.randint(0, 10, (32,))
+    with stave.watch(warmup=0, probes=False) as run:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(8):
+                with record_function("fwd"):
+                    out = model(x)
+                loss = nn.functional.cross_entropy(out, y)
+                opt.zero_grad()
+                with record_function("bwd"):
+                    loss.backward()
+                opt.step()
+    assert run.record is not None
+    steps = run.record.steps
+    # The last step closes at its own optimizer.step(); all 8 are in the record.
+    assert len(steps) == 8
+    ours = {
+        "forward": sum(s.forward_ns for s in steps) / 1e3,
+        "backward": sum(s.backward_ns for s in steps) / 1e3,
+        "optimizer": sum(s.optimizer_ns for s in steps) / 1e3,
+    }
+    totals = {e.key: e.cpu_time_total for e in prof.key_averages()}
+    theirs = {
+        "forward": totals["fwd"],
+        "backward": totals["bwd"],
+        "optimizer": totals["Optimizer.step#SGD.step"] + totals["Optimizer.zero_grad#SGD.zero_grad"],
+    }
+    for phase in ours:
+        assert ours[phase] == pytest.approx(theirs[phase], rel=TOLERANCE), (phase, ours, theirs)

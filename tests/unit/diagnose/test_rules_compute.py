@@ -1,0 +1,233 @@
+"""THREAD_OVERSUBSCRIPTION, BATCH_DTYPE, SMALL_BATCH, NO_MIXED_PRECISION, PYTHON_OVERHEAD, STEP_OUTLIERS."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from synth_records import (
+    SCRIPT,
+    TensorInfo,
+    healthy_config,
+    healthy_record,
+    make_steps,
+    run_all,
+    run_rule,
+    stack_profile,
+)
+
+from stave.measure import ProbeResults
+
+
+def probes(**kw) -> ProbeResults:
+    base = {"op_overhead_ns": 3000.0}
+    base.update(kw)
+    return ProbeResults(**base)
+
+
+# --- THREAD_OVERSUBSCRIPTION ---------------------------------------------------------------------
+
+
+def test_threads_fires_with_probe_ratio_applied_to_compute():
+    rec = healthy_record(config=healthy_config(torch_threads=8), probes=probes(threads_speedup=2.0))
+    f = run_rule("THREAD_OVERSUBSCRIPTION", rec)
+    assert f is not None
+    assert "torch.set_num_threads(2)" in f.fix
+    # forward+backward+optimizer are ~94% of the step; halved: T' ~ 53 ms of 100.
+    assert f.est_speedup == pytest.approx(1 / (1 - 0.944 / 2), rel=0.03)
+
+
+def test_threads_without_probe_is_information_only():
+    rec = healthy_record(config=healthy_config(torch_threads=8), probes=probes(threads_speedup=None))
+    f = run_rule("THREAD_OVERSUBSCRIPTION", rec)
+    assert f is not None and f.est_speedup == 1.0 and f.severity == "info"
+
+
+@pytest.mark.parametrize("threads,ratio", [(2, 2.0), (1, None), (None, 2.0), (8, 1.0)])
+def test_threads_quiet(threads, ratio):
+    rec = healthy_record(config=healthy_config(torch_threads=threads), probes=probes(threads_speedup=ratio))
+    assert run_rule("THREAD_OVERSUBSCRIPTION", rec) is None
+
+
+# --- BATCH_DTYPE -----------------------------------------------------------------------------------
+
+
+def f64_config(model_dtype: str):
+    return healthy_config(
+        batch=[TensorInfo("batch[0]", "float64", [32, 256], "cpu", 32 * 256 * 8),
+               TensorInfo("batch[1]", "int64", [32], "cpu", 256)],
+        param_dtypes={model_dtype: 1_000_000},
+    )
+
+
+def test_float64_batches_with_float64_model():
+    f = run_rule("BATCH_DTYPE", healthy_record(config=f64_config("float64")))
+    assert f is not None
+    assert f.evidence["model_param_dtype"] == "float64"
+    assert "astype(np.float32)" in f.fix
+    assert f.est_speedup == pytest.approx(1 / (1 - 0.94 / 2), rel=0.03)
+
+
+def test_float64_batches_cast_for_float32_model_on_cpu_is_information():
+    f = run_rule("BATCH_DTYPE", healthy_record(config=f64_config("float32")))
+    assert f is not None and f.severity == "info"
+
+
+def test_batch_dtype_quiet_on_float32_batches_and_without_batch_info():
+    assert run_rule("BATCH_DTYPE", healthy_record()) is None
+    assert run_rule("BATCH_DTYPE", healthy_record(config=healthy_config(batch=[]))) is None
+
+
+# --- SMALL_BATCH -----------------------------------------------------------------------------------
+
+
+def tiny_steps():
+    return make_steps(lambda i: {"data_wait": 1.0, "forward": 3.0, "backward": 4.0, "optimizer": 5.0, "other": 1.0},
+                      samples=2)
+
+
+def test_small_batch_from_fixed_costs():
+    rec = healthy_record(steps=tiny_steps(), probes=probes())
+    f = run_rule("SMALL_BATCH", rec)
+    assert f is not None
+    # optimizer 5 ms + dispatch min(7 ms, 750 ops x 3 us) = 7.25 of 14 ms fixed.
+    share = 7.25 / 14
+    assert f.evidence["fixed_share"] == pytest.approx(share, rel=0.01)
+    assert f.est_speedup == pytest.approx(1 / (share / 4 + 1 - share), rel=0.01)
+    assert "batch_size=128" in f.fix and "lr = base_lr * 4" in f.fix
+
+
+def test_small_batch_never_from_batch_size_alone():
+    # Same tiny batch, but the step is all batch-proportional compute: no finding.
+    steps = make_steps(lambda i: {"data_wait": 1.0, "forward": 40.0, "backward": 55.0, "optimizer": 1.0, "other": 1.0},
+                       samples=2)
+    assert run_rule("SMALL_BATCH", healthy_record(steps=steps, probes=probes())) is None
+    assert run_rule("SMALL_BATCH", healthy_record(probes=probes())) is None
+
+
+def test_small_batch_absent_overhead_probe_is_not_evidence():
+    steps = make_steps(lambda i: {"data_wait": 1.0, "forward": 5.0, "backward": 5.0, "optimizer": 2.0, "other": 1.0},
+                       samples=2)
+    assert run_rule("SMALL_BATCH", healthy_record(steps=steps, probes=probes())) is not None
+    assert run_rule("SMALL_BATCH", healthy_record(steps=steps, probes=probes(op_overhead_ns=None))) is None
+
+
+# --- NO_MIXED_PRECISION ----------------------------------------------------------------------------
+
+
+def bf16_record(**cfg):
+    config = healthy_config(bf16_native=True, **cfg)
+    return healthy_record(config=config, probes=probes(bf16_speedup=2.0))
+
+
+def test_mixed_precision_fires_with_measured_ratio():
+    f = run_rule("NO_MIXED_PRECISION", bf16_record())
+    assert f is not None
+    assert 'torch.autocast("cpu", dtype=torch.bfloat16)' in f.fix
+    # forward+backward ~88 ms less 750 ops x 3 us of dispatch, halved.
+    fb = 0.0888
+    assert f.est_speedup == pytest.approx(0.1 / (0.1 - (fb - 0.00225) / 2), rel=0.03)
+
+
+def test_mixed_precision_bounded_by_counted_flops_at_probe_rate():
+    rec = bf16_record()
+    rec.probes.fp32_matmul_flops_per_s = 3e12  # 3e10 FLOPs take only 10 ms at this rate
+    f = run_rule("NO_MIXED_PRECISION", rec)
+    assert f is not None
+    assert f.evidence["autocast_s"] == pytest.approx(0.01, rel=0.01)
+    assert f.est_speedup == pytest.approx(0.1 / 0.095, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    "changes,ratio",
+    [({"bf16_native": False}, 2.0), ({}, None), ({}, 1.2), ({"autocast_enabled": True}, 2.0),
+     ({"param_dtypes": {"float64": 10}}, 2.0)],
+)
+def test_mixed_precision_quiet(changes, ratio):
+    config = healthy_config(**{"bf16_native": True, **changes})
+    rec = healthy_record(config=config, probes=probes(bf16_speedup=ratio))
+    assert run_rule("NO_MIXED_PRECISION", rec) is None
+
+
+def test_mixed_precision_not_claimed_for_dispatch_bound_steps():
+    steps = make_steps(lambda i: {"data_wait": 1.0, "forward": 3.0, "backward": 4.0, "optimizer": 5.0, "other": 1.0})
+    rec = healthy_record(steps=steps, config=healthy_config(bf16_native=True),
+                         probes=probes(bf16_speedup=2.0, op_overhead_ns=10_000.0))
+    assert run_rule("NO_MIXED_PRECISION", rec) is None
+
+
+# --- PYTHON_OVERHEAD -------------------------------------------------------------------------------
+
+
+def loop_record(with_stacks: bool = True):
+    steps = make_steps(lambda i: {"data_wait": 2.0, "forward": 20.0, "backward": 30.0, "optimizer": 3.0, "other": 45.0})
+    rec = healthy_record(steps=steps)
+    rec.config = healthy_config(aten_ops_by_phase={"forward": 100, "backward": 150, "other": 4000})
+    rec.stacks = stack_profile(steps, {"other": [(55, 0.8), (60, 0.2)]} if with_stacks else {})
+    if not with_stacks:
+        rec.stacks.samples = []
+    return rec
+
+
+def test_python_overhead_names_the_loop_line():
+    f = run_rule("PYTHON_OVERHEAD", loop_record())
+    assert f is not None
+    assert f.lines[0] == f"{SCRIPT}:55"
+    assert f"{SCRIPT}:55" in f.title
+    # 45 ms of 'other', all at the two hot lines, plus a backward replay bounded by 30 ms backward.
+    assert f.evidence["backward_replay_s"] == pytest.approx(0.012, rel=0.01)
+    assert f.est_speedup == pytest.approx(0.1 / (0.1 - 0.045 - 0.012), rel=0.03)
+
+
+def test_python_overhead_quiet_without_stack_samples_or_on_healthy_steps():
+    assert run_rule("PYTHON_OVERHEAD", loop_record(with_stacks=False)) is None
+    assert run_rule("PYTHON_OVERHEAD", healthy_record()) is None
+
+
+# --- STEP_OUTLIERS ----------------------------------------------------------------------------------
+
+
+def checkpoint_record():
+    def phases(i: int):
+        p = {"data_wait": 2.0, "forward": 38.0, "backward": 50.0, "optimizer": 6.0, "other": 4.0}
+        if i % 10 == 9:
+            p["other"] = 404.0
+        return p
+
+    steps = make_steps(phases)
+    rec = healthy_record(steps=steps)
+    rec.stacks = stack_profile(steps, {"other": [(88, 1.0)]})
+    return rec
+
+
+def test_step_outliers_finds_periodic_stall_and_its_line():
+    rec = checkpoint_record()
+    f = run_rule("STEP_OUTLIERS", rec)
+    assert f is not None
+    assert f.evidence["period_steps"] == 10
+    assert f.evidence["outliers"] == 4
+    assert f"{SCRIPT}:88" in f.lines
+    assert "threading.Thread" in f.fix
+    mean = (36 * 0.1 + 4 * 0.5) / 40
+    assert f.est_speedup == pytest.approx(mean / 0.1, rel=0.02)
+    # The stall lives in 'other', but the typical step is fine: no Python-overhead finding.
+    assert run_rule("PYTHON_OVERHEAD", rec) is None
+
+
+def test_step_outliers_quiet_on_jitter():
+    steps = make_steps(lambda i: {"forward": 40.0 + (i % 3) * 8.0, "backward": 50.0, "other": 4.0})
+    assert run_rule("STEP_OUTLIERS", healthy_record(steps=steps)) is None
+    assert run_rule("STEP_OUTLIERS", healthy_record()) is None
+
+
+def test_healthy_record_has_no_warning():
+    assert [f.id for f in run_all(healthy_record()) if f.severity != "info"] == []
+
+
+def test_evidence_is_json_safe_and_rounded():
+    import json
+
+    f = run_rule("STEP_OUTLIERS", checkpoint_record())
+    text = json.dumps(f.to_dict(), allow_nan=False)
+    assert "NaN" not in text
+    assert dataclasses.is_dataclass(f)

@@ -1,0 +1,190 @@
+"""DATA_IO_BOUND, DATA_CPU_BOUND, DATA_WORKER_STARTUP and FORK_UNSAFE_HANDLE on synthetic records."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from synth_records import (
+    BATCH,
+    STEPS,
+    healthy_config,
+    healthy_loader,
+    healthy_record,
+    host_series,
+    make_steps,
+    run_all,
+    run_rule,
+    worker,
+)
+
+PER_WORKER = STEPS * BATCH // 2
+
+
+def data_bound_steps(wait_ms: float = 60.0):
+    return make_steps(lambda i: {"data_wait": wait_ms, "forward": 18.0, "backward": 16.0, "optimizer": 3.0, "other": 3.0})
+
+
+def io_record(run_delay_us: float | None = 100.0, cpu_system_pct: float = 60.0, **worker_kw):
+    """Two workers, 4 ms per sample of which 0.3 ms on-CPU: blocked on reads."""
+    steps = data_bound_steps()
+    kw = {"opens": 2.0, "read_calls": 4.0, "read_chars": 8192.0, **worker_kw}
+    return healthy_record(
+        steps=steps,
+        host=host_series(steps, cpu_system_pct=cpu_system_pct, cpu_main_pct=60.0),
+        workers=[worker(i, PER_WORKER, 4000.0, 300.0, run_delay_us=run_delay_us, **kw) for i in range(2)],
+    )
+
+
+def test_io_bound_fires_with_more_workers_and_evidence():
+    f = run_rule("DATA_IO_BOUND", io_record())
+    assert f is not None
+    assert f.evidence["loading_blocked_share"] > 0.8
+    assert f.evidence["opens_per_sample"] == pytest.approx(2.0)
+    assert f.evidence["suggested_workers"] > 2
+    assert f"num_workers={f.evidence['suggested_workers']}" in f.fix
+    assert "stave pack" in f.fix
+    # Hiding a 60% wait behind 40% compute: at most 100/40 = 2.5x, and more than the warning level.
+    assert 1.5 < f.est_speedup <= 2.5 + 1e-6
+    assert f.severity == "critical"
+    assert run_rule("DATA_CPU_BOUND", io_record()) is None
+
+
+def test_io_bound_not_claimed_when_off_cpu_time_is_queueing_for_a_core():
+    # Off-CPU time that run_delay shows as waiting for a core is a CPU shortage, not I/O.
+    rec = io_record(run_delay_us=3600.0, cpu_system_pct=99.0)
+    assert run_rule("DATA_IO_BOUND", rec) is None
+    cpu = run_rule("DATA_CPU_BOUND", rec)
+    assert cpu is not None
+    assert cpu.evidence["loading_waiting_for_core_share"] > 0.8
+
+
+def test_io_bound_needs_run_delay_or_an_idle_machine():
+    # run_delay hidden: off-CPU counts as blocked only when the machine had idle cores.
+    assert run_rule("DATA_IO_BOUND", io_record(run_delay_us=None, cpu_system_pct=50.0)) is not None
+    assert run_rule("DATA_IO_BOUND", io_record(run_delay_us=None, cpu_system_pct=98.0)) is None
+    steps = data_bound_steps()
+    no_host = io_record(run_delay_us=None)
+    no_host.host = host_series(steps, cpu_system_pct=None, cpu_main_pct=None)
+    assert run_rule("DATA_IO_BOUND", no_host) is None
+
+
+def test_io_bound_absent_io_counters_stay_absent():
+    f = run_rule("DATA_IO_BOUND", io_record(opens=None, read_calls=None, read_chars=None))
+    assert f is not None
+    assert f.evidence["opens_per_sample"] is None
+    assert f.evidence["bytes_per_read_call"] is None
+    assert "file opens" not in f.title
+
+
+def cpu_record(num_workers: int = 0, wall_us: float = 3000.0, cpu_us: float = 2900.0):
+    """Loading 32 samples of 3 ms of CPU each in the main process: 96 ms against 34 ms of compute."""
+    steps = make_steps(lambda i: {"data_wait": 96.0, "forward": 15.0, "backward": 15.0, "optimizer": 2.0, "other": 2.0})
+    stages = {"load": (wall_us * 0.2, cpu_us * 0.2), "GaussianBlur": (wall_us * 0.6, cpu_us * 0.6),
+              "ToTensor": (wall_us * 0.15, cpu_us * 0.15), "collate": (wall_us * 0.05, cpu_us * 0.05)}
+    if num_workers == 0:
+        workers = [worker(-1, STEPS * BATCH, wall_us, cpu_us, stages=stages)]
+    else:
+        workers = [worker(i, STEPS * BATCH // num_workers, wall_us, cpu_us, stages=stages) for i in range(num_workers)]
+    loader = healthy_loader(num_workers=num_workers, persistent_workers=False,
+                            prefetch_factor=None if num_workers == 0 else 2)
+    return healthy_record(
+        steps=steps,
+        config=healthy_config(loaders=[loader]),
+        host=host_series(steps, cpu_main_pct=100.0, cpu_system_pct=60.0),
+        workers=workers,
+    )
+
+
+def test_cpu_bound_in_main_process_suggests_workers_and_names_top_stage():
+    f = run_rule("DATA_CPU_BOUND", cpu_record())
+    assert f is not None
+    assert f.evidence["top_stage"] == "GaussianBlur"
+    assert "GaussianBlur" in f.title
+    assert f.evidence["suggested_workers"] == 2  # capped at the 2 usable cores
+    assert "num_workers=2" in f.fix
+    # Bounded by the cores: (compute CPU + loading CPU) / 2 cores, not by loading / 2 alone.
+    t = 0.130
+    assert f.est_speedup < t / (0.096 / 2)
+    assert f.est_speedup > 1.5
+    assert run_rule("DATA_IO_BOUND", cpu_record()) is None
+
+
+def test_cpu_bound_with_all_cores_busy_estimates_a_cheaper_stage_as_an_upper_bound():
+    f = run_rule("DATA_CPU_BOUND", cpu_record(num_workers=2))
+    assert f is not None
+    assert "suggested_workers" not in f.evidence
+    assert "upper bound" in f.explanation
+    assert "GaussianBlur" in f.fix
+
+
+def test_no_data_findings_without_worker_accounts():
+    rec = cpu_record()
+    rec.workers = []
+    assert run_rule("DATA_CPU_BOUND", rec) is None
+    assert run_rule("DATA_IO_BOUND", rec) is None
+
+
+def test_healthy_run_has_no_input_pipeline_finding():
+    ids = {f.id for f in run_all(healthy_record())}
+    assert not {i for i in ids if i.startswith("DATA_")}
+
+
+def startup_record(persistent: bool = False, iterators: int = 8):
+    """5 steps per epoch; the first step of each epoch waits 600 ms for fresh workers."""
+    def phases(i: int):
+        base = {"data_wait": 2.0, "forward": 20.0, "backward": 20.0, "optimizer": 3.0, "other": 2.0}
+        if i % 5 == 0:
+            base["data_wait"] = 600.0
+        return base
+
+    steps = make_steps(phases)
+    loader = healthy_loader(persistent_workers=persistent, iterators_created=iterators,
+                            first_batch_wait_ns=[600_000_000] * iterators, multiprocessing_context="spawn")
+    return healthy_record(steps=steps, config=healthy_config(loaders=[loader]),
+                          workers=[worker(i, PER_WORKER, 500.0, 450.0) for i in range(2)])
+
+
+def test_worker_startup_fires_on_epoch_restarts():
+    f = run_rule("DATA_WORKER_STARTUP", startup_record())
+    assert f is not None
+    assert "persistent_workers=True" in f.fix
+    assert "'spawn'" in f.fix
+    assert f.evidence["iterators_created"] == 8
+    # Mean step 162 ms of which ~105 ms is start-up: more than 2x, less than the 3.6x of no wait at all.
+    assert 2.0 < f.est_speedup < 3.6
+    # The same stalls are not reported a second time as step outliers.
+    assert run_rule("STEP_OUTLIERS", startup_record()) is None
+
+
+@pytest.mark.parametrize("persistent,iterators", [(True, 8), (False, 1)])
+def test_worker_startup_quiet_with_persistent_workers_or_one_epoch(persistent, iterators):
+    assert run_rule("DATA_WORKER_STARTUP", startup_record(persistent, iterators)) is None
+
+
+def test_fork_unsafe_handle_fires_critical_with_lazy_open_fix():
+    loader = healthy_loader(fork_unsafe_handles=["dataset.h5 -> h5py.File"], dataset_type="H5Dataset")
+    rec = healthy_record(config=healthy_config(loaders=[loader]))
+    f = run_rule("FORK_UNSAFE_HANDLE", rec)
+    assert f is not None
+    assert f.severity == "critical" and f.est_speedup == 1.0
+    assert "self.h5 = None" in f.fix and "h5py.File(self.path" in f.fix
+    assert "class H5Dataset" in f.fix
+    # Ranked as a critical risk: above speed findings below the warning level.
+    assert run_all(rec)[0].id == "FORK_UNSAFE_HANDLE"
+
+
+def test_fork_unsafe_handle_quiet_without_workers_or_handles():
+    assert run_rule("FORK_UNSAFE_HANDLE", healthy_record()) is None
+    loader = healthy_loader(num_workers=0, fork_unsafe_handles=["dataset.f -> open file (BufferedReader)"])
+    assert run_rule("FORK_UNSAFE_HANDLE", healthy_record(config=healthy_config(loaders=[loader]))) is None
+
+
+def test_dataloader_snippet_keeps_user_settings():
+    from stave.diagnose.rules._helpers import dataloader_call
+
+    loader = dataclasses.replace(healthy_loader(), pin_memory=True, drop_last=True, multiprocessing_context="spawn")
+    text = dataloader_call(loader, num_workers=6)
+    assert "batch_size=32" in text and "shuffle=True" in text and "num_workers=6" in text
+    assert "pin_memory=True" in text and "drop_last=True" in text and "'spawn'" in text
+    assert "persistent_workers" not in dataloader_call(healthy_loader(num_workers=0, persistent_workers=False))

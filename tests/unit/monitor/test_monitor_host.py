@@ -1,0 +1,280 @@
+"""HostCollector arithmetic on a scripted counter source, and the real Monitor on this machine."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from stave.monitor import Monitor, ProcPaths
+from stave.monitor.counters import MachineCounters, ProcCounters
+from stave.monitor.host import CHILDREN_REFRESH_S, HostCollector
+
+MAIN, WORKER, OLD_CHILD = 100, 101, 102
+
+
+class ScriptedSource:
+    """A counter source whose readings the test sets before each sample."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.machine_reading = MachineCounters()
+        self.procs: dict[int, ProcCounters] = {}
+        self.children: list[int] = []
+        self.descendant_calls = 0
+
+    def now_s(self) -> float:
+        return self.now
+
+    def machine(self) -> MachineCounters:
+        return self.machine_reading
+
+    def process(self, pid: int, with_ctx: bool) -> ProcCounters | None:
+        return self.procs.get(pid)
+
+    def descendants(self, pid: int) -> list[int]:
+        self.descendant_calls += 1
+        return list(self.children)
+
+    def close(self) -> None:
+        pass
+
+
+def _proc(cpu_s: float, started_s: float = 0.0, vol: int = 0, invol: int = 0, rss: int = 1000) -> ProcCounters:
+    return ProcCounters(cpu_s=cpu_s, rss_bytes=rss, threads=3, started_s=started_s, ctx_voluntary=vol, ctx_involuntary=invol)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 50.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _collector(source: ScriptedSource, clock: Clock, workers: list[int]) -> HostCollector:
+    return HostCollector(source, main_pid=MAIN, worker_pids=lambda: list(workers), clock=clock)
+
+
+def test_rates_and_shares_over_the_interval() -> None:
+    src, clock = ScriptedSource(), Clock()
+    src.machine_reading = MachineCounters(
+        cpu_busy_s=10.0, cpu_iowait_s=1.0, cpu_total_s=40.0, procs_running=2, disk_read_bytes=1000,
+        mem_available_bytes=5_000, page_cache_bytes=700, swap_in_bytes=0, swap_out_bytes=0,
+        psi_cpu_some_s=3.0, psi_memory_some_s=0.0, psi_io_some_s=1.0,
+    )
+    src.procs = {MAIN: _proc(1.0, vol=10, invol=1), WORKER: _proc(2.0, vol=5)}
+    c = _collector(src, clock, [WORKER])
+    c.baseline()
+    clock.t += 0.5
+    src.now += 0.5
+    src.machine_reading = MachineCounters(
+        cpu_busy_s=10.6, cpu_iowait_s=1.1, cpu_total_s=41.0, procs_running=4, disk_read_bytes=51_000,
+        mem_available_bytes=4_000, page_cache_bytes=800, swap_in_bytes=4096, swap_out_bytes=0,
+        psi_cpu_some_s=3.25, psi_memory_some_s=0.0, psi_io_some_s=1.0,
+    )
+    src.procs = {MAIN: _proc(1.25, vol=20, invol=2, rss=3000), WORKER: _proc(2.5, vol=15, rss=2000)}
+    s = c.sample(t_ns=7, step=3)
+    assert (s.t_ns, s.step) == (7, 3)
+    assert s.cpu_main_pct == pytest.approx(50.0)
+    assert s.cpu_workers_pct == pytest.approx(100.0)
+    assert s.cpu_children_pct is None and s.workers_alive == 1 and s.main_threads == 3
+    assert s.cpu_system_pct == pytest.approx(60.0)
+    assert s.iowait_pct == pytest.approx(10.0)
+    assert s.procs_running == 4
+    assert s.disk_read_bytes_per_s == pytest.approx(100_000.0)
+    assert s.mem_available_bytes == 4_000 and s.page_cache_bytes == 800
+    assert s.swap_in_bytes_per_s == pytest.approx(8192.0) and s.swap_out_bytes_per_s == 0.0
+    assert s.psi_cpu_some_pct == pytest.approx(50.0) and s.psi_io_some_pct == 0.0
+    assert s.ctx_voluntary_per_s == pytest.approx((10 + 10) / 0.5)
+    assert s.ctx_involuntary_per_s == pytest.approx(1 / 0.5)
+    assert s.rss_bytes == 5000
+    assert s.gpu_util_pct is None and s.cuda_allocated_bytes is None
+
+
+def test_absent_counters_stay_absent_never_zero() -> None:
+    src, clock = ScriptedSource(), Clock()
+    src.procs = {MAIN: _proc(1.0)}
+    c = _collector(src, clock, [])
+    c.baseline()
+    clock.t += 0.1
+    s = c.sample(0, 0)
+    for name in ("cpu_system_pct", "iowait_pct", "procs_running", "disk_read_bytes_per_s", "mem_available_bytes",
+                 "page_cache_bytes", "swap_in_bytes_per_s", "psi_cpu_some_pct", "psi_memory_some_pct",
+                 "psi_io_some_pct", "cpu_workers_pct", "cpu_children_pct"):
+        assert getattr(s, name) is None, name
+    assert s.workers_alive == 0
+
+
+def test_a_counter_that_went_backwards_gives_none() -> None:
+    src, clock = ScriptedSource(), Clock()
+    src.machine_reading = MachineCounters(disk_read_bytes=10_000)
+    src.procs = {MAIN: _proc(5.0)}
+    c = _collector(src, clock, [])
+    c.baseline()
+    clock.t += 0.1
+    src.machine_reading = MachineCounters(disk_read_bytes=10)
+    src.procs = {MAIN: _proc(4.0)}
+    s = c.sample(0, 0)
+    assert s.disk_read_bytes_per_s is None and s.cpu_main_pct is None
+
+
+def test_new_processes_count_only_when_born_in_the_interval() -> None:
+    src, clock = ScriptedSource(), Clock()
+    src.procs = {MAIN: _proc(1.0)}
+    workers: list[int] = []
+    c = _collector(src, clock, workers)
+    c.baseline()
+    clock.t += 0.2
+    src.now += 0.2
+    workers.extend([WORKER, OLD_CHILD])
+    # WORKER started 0.1 s ago (inside the interval); OLD_CHILD an hour ago, so its 50 CPU
+    # seconds are history that must not be charged to this interval.
+    src.procs = {MAIN: _proc(1.0), WORKER: _proc(0.1, started_s=src.now - 0.1), OLD_CHILD: _proc(50.0, started_s=src.now - 3600)}
+    s = c.sample(0, 0)
+    assert s.workers_alive == 2
+    assert s.cpu_workers_pct == pytest.approx(50.0)
+    clock.t += 0.2
+    src.now += 0.2
+    src.procs = {MAIN: _proc(1.0), WORKER: _proc(0.2, started_s=src.now - 0.3), OLD_CHILD: _proc(50.1, started_s=src.now - 3600)}
+    assert c.sample(0, 0).cpu_workers_pct == pytest.approx(100.0)
+    src.procs = {MAIN: _proc(1.0)}  # both exited
+    clock.t += 0.2
+    s = c.sample(0, 0)
+    assert s.workers_alive == 0 and s.cpu_workers_pct is None
+
+
+def test_children_are_rescanned_at_most_once_per_refresh_interval() -> None:
+    src, clock = ScriptedSource(), Clock()
+    src.procs = {MAIN: _proc(1.0), OLD_CHILD: _proc(1.0)}
+    src.children = [OLD_CHILD]
+    c = _collector(src, clock, [])
+    c.baseline()
+    for _ in range(5):
+        clock.t += 0.1
+        s = c.sample(0, 0)
+        assert s.cpu_children_pct == pytest.approx(0.0)
+    assert src.descendant_calls == 1
+    clock.t += CHILDREN_REFRESH_S
+    c.sample(0, 0)
+    assert src.descendant_calls == 2
+
+
+# --- The real thing ----------------------------------------------------------------------------
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
+_BUSY = "import time\nend = time.time() + 20\nwhile time.time() < end:\n    pass\n"
+
+
+@linux_only
+def test_busy_children_show_up_as_workers_and_as_other_children() -> None:
+    main_rss = psutil.Process().memory_info().rss
+    named = subprocess.Popen([sys.executable, "-c", _BUSY])
+    unnamed = subprocess.Popen([sys.executable, "-c", _BUSY])
+    try:
+        time.sleep(0.3)  # let both start spinning before the baseline
+        handles = [psutil.Process(named.pid), psutil.Process(unnamed.pid)]
+        monitor = Monitor(position=lambda: (0, "forward"), worker_pids=lambda: [named.pid],
+                          host_interval_s=0.05, stacks=False)
+        cpu0 = [sum(h.cpu_times()[:2]) for h in handles]
+        t0 = time.perf_counter()
+        monitor.start()
+        time.sleep(0.8)
+        monitor.stop()
+        cpu1 = [sum(h.cpu_times()[:2]) for h in handles]
+        wall_s = time.perf_counter() - t0
+    finally:
+        for child in (named, unnamed):
+            child.kill()
+            child.wait()
+    samples = monitor.host_samples()
+    assert monitor.error is None
+    assert len(samples) >= 5
+    # What psutil says each child used over the same window, in percent of one core: on a loaded
+    # machine a spinning child gets less than a core, so compare with that, not with 100.
+    expected = [100.0 * (b - a) / wall_s for a, b in zip(cpu0, cpu1)]
+    workers = [s.cpu_workers_pct for s in samples if s.cpu_workers_pct is not None]
+    children = [s.cpu_children_pct for s in samples if s.cpu_children_pct is not None]
+    for measured, want in ((workers, expected[0]), (children, expected[1])):
+        assert want > 5.0
+        assert len(measured) >= 0.8 * len(samples)
+        assert abs(statistics.mean(measured) - want) < 0.35 * want + 5.0, (statistics.mean(measured), want)
+    assert all(s.workers_alive == 1 for s in samples)
+    assert samples[-1].rss_bytes is not None and samples[-1].rss_bytes > main_rss + 4 * 2**20
+
+
+@linux_only
+def test_host_samples_have_their_fields_and_absent_pressure_is_none(tmp_path) -> None:
+    paths = ProcPaths(pressure=str(tmp_path / "missing"))
+    monitor = Monitor(position=lambda: (7, "data_wait"), worker_pids=list, host_interval_s=0.05,
+                      stacks=False, proc_paths=paths)
+    monitor.start()
+    deadline = time.perf_counter() + 0.4
+    while time.perf_counter() < deadline:
+        sum(i * i for i in range(10_000))
+    monitor.stop()
+    samples = monitor.host_samples()
+    assert len(samples) >= 4
+    assert [s.t_ns for s in samples] == sorted(s.t_ns for s in samples)
+    for s in samples:
+        assert s.step == 7
+        assert s.psi_cpu_some_pct is None and s.psi_memory_some_pct is None and s.psi_io_some_pct is None
+        assert s.cpu_main_pct is not None and s.cpu_main_pct >= 0
+        assert s.cpu_system_pct is not None and 0 <= s.cpu_system_pct <= 100
+        assert s.mem_available_bytes and s.rss_bytes and s.main_threads
+        assert s.workers_alive == 0 and s.cpu_workers_pct is None
+        assert s.gpu_util_pct is None and s.cuda_allocated_bytes is None and s.cuda_peak_bytes is None
+    # The main thread spun for the whole window: its process was on a CPU much of the time.
+    assert statistics.median(s.cpu_main_pct for s in samples) > 20.0
+    if os.path.exists("/proc/pressure/cpu"):
+        present = Monitor(position=lambda: (0, ""), worker_pids=list, host_interval_s=0.05, stacks=False)
+        present.start()
+        time.sleep(0.2)
+        present.stop()
+        assert any(s.psi_cpu_some_pct is not None for s in present.host_samples())
+
+
+def test_gpu_counters_come_from_the_device_helpers(monkeypatch) -> None:
+    # No GPU here: stand in for NVML and the CUDA allocator at stave.device's boundary, so the
+    # monitor's own GPU path (open, read every tick, stop asking after a CUDA error) still runs.
+    from stave import device as dev
+
+    class FakeNvml:
+        closed = False
+
+        def read(self) -> dev.GpuReading:
+            return dev.GpuReading(util_pct=87.0, mem_used_bytes=5 * 2**30, power_w=310.5)
+
+        def close(self) -> None:
+            FakeNvml.closed = True
+
+    allocated = iter([1000, 2000])
+    monkeypatch.setattr(dev.NvmlReader, "open", classmethod(lambda cls, index=0: FakeNvml()))
+    monkeypatch.setattr(dev, "memory_allocated_bytes", lambda device=None: next(allocated))
+    monkeypatch.setattr(dev, "max_memory_allocated_bytes", lambda device=None: 4096)
+    src, clock = ScriptedSource(), Clock()
+    src.procs = {MAIN: _proc(1.0)}
+    c = HostCollector(src, main_pid=MAIN, worker_pids=list, device="cuda:0", clock=clock)
+    c.baseline()
+    clock.t += 0.1
+    s = c.sample(0, 0)
+    assert (s.gpu_util_pct, s.gpu_mem_used_bytes, s.gpu_power_w) == (87.0, 5 * 2**30, 310.5)
+    assert (s.cuda_allocated_bytes, s.cuda_peak_bytes) == (1000, 4096)
+
+    def broken(device=None) -> int:
+        raise RuntimeError("CUDA error: device-side assert triggered")
+
+    monkeypatch.setattr(dev, "memory_allocated_bytes", broken)
+    clock.t += 0.1
+    s = c.sample(0, 0)
+    assert s.cuda_allocated_bytes is None and s.gpu_util_pct == 87.0
+    monkeypatch.setattr(dev, "memory_allocated_bytes", lambda device=None: 1 / 0)  # must not be called again
+    clock.t += 0.1
+    assert c.sample(0, 0).cuda_allocated_bytes is None
+    c.close()
+    assert FakeNvml.closed

@@ -1,0 +1,118 @@
+"""The post-run probes: they measure, stay within budget, and leave the user's state alone."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from stave import device as dev
+from stave.monitor import probes
+from stave.monitor.probes import run_probes
+
+
+def _global_rng_states() -> tuple:
+    return torch.get_rng_state(), np.random.get_state(), random.getstate()
+
+
+def _assert_same_rng(before: tuple, after: tuple) -> None:
+    assert torch.equal(before[0], after[0])
+    assert before[1][0] == after[1][0] and np.array_equal(before[1][1], after[1][1]) and before[1][2:] == after[1][2:]
+    assert before[2] == after[2]
+
+
+def test_probes_measure_and_leave_threads_and_generators_alone(monkeypatch) -> None:
+    # Pretend the CPU has native bf16 so the bf16 probe runs here too (emulated bf16 is just slow).
+    monkeypatch.setattr(dev, "cpu_has_native_bf16", lambda: True)
+    torch.manual_seed(1234)
+    np.random.seed(1234)
+    random.seed(1234)
+    threads = torch.get_num_threads()
+    before = _global_rng_states()
+    start = time.perf_counter()
+    result = run_probes(threads, "cpu", budget_s=0.8)
+    elapsed = time.perf_counter() - start
+    _assert_same_rng(before, _global_rng_states())
+    assert torch.get_num_threads() == threads
+    assert torch.is_grad_enabled()
+    assert result.op_overhead_ns is not None and 10 < result.op_overhead_ns < 1e6
+    assert result.bf16_speedup is not None and result.bf16_speedup > 0
+    assert result.bf16_probe_shape and result.bf16_probe_shape[0] in probes.CPU_MATMUL_SIZES
+    assert result.threads_speedup is None and result.threads_probe == []  # not oversubscribed
+    assert elapsed < 0.8 + 1.0  # the budget, plus the warm-up calls a probe may overrun by
+
+
+def test_no_bf16_probe_without_native_bf16_and_thread_probe_when_oversubscribed(monkeypatch) -> None:
+    monkeypatch.setattr(dev, "cpu_has_native_bf16", lambda: False)
+    cores = dev.usable_cores()
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)  # a setting the probe must put back, whatever it was
+    try:
+        before = _global_rng_states()
+        result = run_probes(cores + 2, "cpu", budget_s=1.0)
+        assert torch.get_num_threads() == 1
+        _assert_same_rng(before, _global_rng_states())
+    finally:
+        torch.set_num_threads(saved)
+    assert result.bf16_speedup is None and result.bf16_probe_shape == []
+    assert result.threads_probe == [cores + 2, cores]
+    assert result.threads_speedup is not None and result.threads_speedup > 0
+    assert result.op_overhead_ns is not None
+
+
+def test_a_probe_that_cannot_fit_its_budget_is_left_out() -> None:
+    slow_calls = []
+
+    def slow() -> None:
+        slow_calls.append(1)
+        time.sleep(0.05)
+
+    deadline = time.perf_counter() + 0.1  # MIN_PAIRS pairs of 0.05 s calls cannot fit
+    ratio, _size = probes._interleaved_ratio((1,), lambda size: (slow, slow), torch.device("cpu"), deadline)
+    assert ratio is None
+    assert len(slow_calls) == 2  # only the warm-up ran
+
+
+def test_interleaved_ratio_measures_the_ratio() -> None:
+    def fast() -> None:
+        time.sleep(0.002)
+
+    def slow() -> None:
+        time.sleep(0.006)
+
+    ratio, size = probes._interleaved_ratio((1,), lambda size: (slow, fast), torch.device("cpu"), time.perf_counter() + 0.6)
+    assert size == 1 and ratio is not None and 1.5 < ratio < 4.5
+
+
+def test_a_slow_machine_falls_back_to_a_smaller_problem() -> None:
+    built = []
+
+    def make(size: int) -> probes.Pair:
+        built.append(size)
+        cost_s = 0.04 * (size / 4) ** 3  # 40 ms at size 4, 5 ms at size 2
+
+        def side() -> None:
+            time.sleep(cost_s)
+
+        return side, side
+
+    ratio, size = probes._interleaved_ratio((4, 2), make, torch.device("cpu"), time.perf_counter() + 0.25)
+    assert built == [4, 2] and size == 2
+    assert ratio is not None and 0.5 < ratio < 2.0
+
+
+def test_budget_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        run_probes(1, "cpu", budget_s=0)
+
+
+@pytest.mark.cuda
+def test_probes_on_the_gpu_keep_the_cuda_generator() -> None:
+    state = torch.cuda.get_rng_state()
+    result = run_probes(torch.get_num_threads(), "cuda", budget_s=1.5)
+    assert torch.equal(state, torch.cuda.get_rng_state())
+    assert result.bf16_speedup is not None and result.bf16_probe_shape == [probes.GPU_MATMUL_SIZE] * 3
+    assert result.op_overhead_ns is not None

@@ -1,0 +1,120 @@
+"""The doctor's HTML report and the page primitives: self-contained, plotted, escaped."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+from stave.report.findings_view import findings_html
+from stave.report.html_doctor import doctor_html, group_evenly
+from stave.report.html_page import render_page, stacked_bar, table
+
+# A reference that would make the browser fetch something: src/href/action/xlink:href/url()/@import
+# pointing at a network location (protocol-relative "//host" included).
+_EXTERNAL = re.compile(r"""(?:src|href|action|poster|data)\s*=\s*["']?\s*(?:https?:)?//|url\(\s*["']?\s*(?:https?:)?//"""
+                       r"""|@import""", re.I)
+
+
+class _Collector(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.scripts = 0
+
+    def handle_starttag(self, tag: str, attrs) -> None:
+        self.tags.append(tag)
+        if tag == "script":
+            self.scripts += 1
+
+
+@pytest.fixture(scope="module")
+def page() -> str:
+    from conftest import make_result  # the synthetic two-rank run
+
+    return doctor_html(make_result())
+
+
+def test_page_is_self_contained(page: str) -> None:
+    assert page.startswith("<!DOCTYPE html>")
+    assert not _EXTERNAL.search(page)
+    assert "http://" not in page and "https://" not in page
+    parsed = _Collector()
+    parsed.feed(page)
+    assert parsed.scripts == 0
+    assert "link" not in parsed.tags and "img" not in parsed.tags and "iframe" not in parsed.tags
+
+
+def test_page_has_the_plots_and_sections(page: str) -> None:
+    assert page.count("<svg") == 3  # breakdown over steps, CPU over time, memory over time
+    assert "Step time by phase" in page
+    for heading in ("Step time", "Utilization", "Data pipeline", "Top lines", "Ranks (2)", "Findings (3)", "Notes"):
+        assert f"<h2>{heading}" in page
+    assert "DATA_CPU_BOUND" in page and "docs/findings/DATA_CPU_BOUND.md" in page
+    assert "Resize" in page
+    assert "n/a" in page  # the absent PSI counters
+
+
+def test_external_reference_detector_catches_what_it_should() -> None:
+    for bad in ('<img src="https://x/y.png">', "<link href='//cdn/x.css'>", "a{background:url(http://x)}",
+                "<style>@import 'x.css';</style>"):
+        assert _EXTERNAL.search(bad), bad
+    assert not _EXTERNAL.search('<use xlink:href="#m0a"/> <path clip-path="url(#p1)"/>')
+
+
+def test_user_strings_cannot_inject_markup(hostile_result) -> None:
+    page = doctor_html(hostile_result)
+    assert "<script>" not in page
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    assert "<img" not in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "</pre><script>" not in page
+    parsed = _Collector()
+    parsed.feed(page)
+    assert parsed.scripts == 0
+
+
+def test_empty_run_renders_without_plots(empty_result) -> None:
+    page = doctor_html(empty_result)
+    assert "<svg" not in page
+    assert "No step was counted" in page
+    assert "No DataLoader was iterated" in page
+
+
+def test_gpu_charts_appear_only_with_gpu_readings(single_result) -> None:
+    single_result.record.config.device_type = "cuda"
+    for i, sample in enumerate(single_result.record.host):
+        sample.gpu_util_pct = 40.0 + i % 10
+    page = doctor_html(single_result)
+    assert "GPU utilization" in page
+    assert page.count("<svg") == 4  # GPU memory is absent: a note instead of a flat line at zero
+    assert "GPU memory: n/a" in page
+
+
+def test_render_page_escapes_the_title_only() -> None:
+    page = render_page("a <b> & c", "<p>trusted</p>")
+    assert "<title>a &lt;b&gt; &amp; c</title>" in page
+    assert "<p>trusted</p>" in page
+
+
+def test_table_and_bar_escape_cells() -> None:
+    html = table(("a", "b"), [("<x>", 1.5)], numeric=(1,))
+    assert "&lt;x&gt;" in html and "<td class=num>1.5</td>" in html
+    bar = stacked_bar([('"><script>', 0.5, "#fff")])
+    assert "<script>" not in bar
+
+
+def test_findings_fragment_highlights_fix_with_inline_styles(result) -> None:
+    html = findings_html(result.findings)
+    assert html.count('<section class="finding') == 3
+    assert "sev-critical" in html
+    assert 'style="' in html and "class=\"code\"" in html  # pygments, inline styles, no stylesheet
+    assert "antialias" in html
+    assert findings_html([]).startswith('<p class="empty">')
+
+
+def test_group_evenly_keeps_order_and_bounds() -> None:
+    groups = group_evenly(list(range(10)), 3)
+    assert [list(g) for g in groups] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert len(group_evenly(list(range(5)), 10)) == 5

@@ -1,0 +1,76 @@
+"""Number formatting: units chosen by magnitude and by key suffix; absent values read "n/a"."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from stave.report import units as u
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.0482, "48.2 ms"), (1.25, "1.25 s"), (0.00035, "350 µs"), (750.0, "12.5 min"), (2.5e-8, "25.0 ns"), (0, "0 s")],
+)
+def test_seconds_pick_a_readable_unit(seconds: float, text: str) -> None:
+    assert u.fmt_seconds(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "text"), [(512, "512 B"), (1536, "1.50 KiB"), (3 * 2**30, "3.00 GiB"), (25_769_803_776, "24.0 GiB")]
+)
+def test_bytes_use_binary_prefixes(value: int, text: str) -> None:
+    assert u.fmt_bytes(value) == text
+
+
+@pytest.mark.parametrize(
+    "fmt", [u.fmt_seconds, u.fmt_ms, u.fmt_us, u.fmt_bytes, u.fmt_byte_rate, u.fmt_rate, u.fmt_pct, u.fmt_share,
+            u.fmt_count, u.fmt_speedup]
+)
+def test_absent_is_na_never_zero(fmt) -> None:
+    assert fmt(None) == u.NA
+    assert fmt(math.nan) == u.NA
+
+
+def test_zero_is_zero_not_absent() -> None:
+    assert u.fmt_pct(0.0) == "0.0%"
+    assert u.fmt_bytes(0) == "0 B"
+    assert u.fmt_share(0.0) == "0.0%"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "text"),
+    [
+        ("data_wait_s", 0.0941, "94.1 ms"),
+        ("wait_ns", 2_000_000, "2.00 ms"),
+        ("dataset_bytes", 2**30, "1.00 GiB"),
+        ("disk_read_bytes_per_s", 2**20, "1.00 MiB/s"),
+        ("samples_per_s", 1234.5, "1,234/s"),
+        ("cpu_system_pct", 97.1, "97%"),
+        ("data_wait_share", 0.402, "40.2%"),
+        ("off_cpu_frac", 0.5, "50.0%"),
+        ("bf16_speedup", 0.62, "0.62x"),
+        ("threads_ratio", 1.5, "1.50x"),
+        ("workers", 4, "4"),
+        ("bf16_native", False, "no"),
+        ("top_stage", "Resize", "Resize"),
+        ("psi_io_some_pct", None, "n/a"),
+    ],
+)
+def test_evidence_values_format_by_key_suffix(key: str, value, text: str) -> None:
+    assert u.fmt_value(key, value) == text
+
+
+def test_long_lists_are_cut_with_a_count() -> None:
+    text = u.fmt_value("outlier_steps", list(range(10)))
+    assert text.startswith("0, 1, 2, 3, 4, 5")
+    assert text.endswith("(+4)")
+
+
+def test_bar_fills_in_eighths_and_clamps() -> None:
+    assert u.fmt_bar(1.0, 4) == "████"
+    assert u.fmt_bar(0.5, 4) == "██"
+    assert u.fmt_bar(1 / 32, 4) == "▏"
+    assert u.fmt_bar(2.0, 3) == "███"
+    assert u.fmt_bar(None, 5) == ""

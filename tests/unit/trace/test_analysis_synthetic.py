@@ -1,0 +1,175 @@
+"""The analysis on hand-built traces whose answers are worked out by hand (microseconds)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stave.trace.analysis import analyze_trace
+from stave.trace.kernels import classify_kernel, short_name
+from trace_synth import annotation, kernel, launched, memcpy, op, pyframe, runtime, step, write_trace
+
+US = 1e-6
+
+
+def two_steps() -> list[dict]:
+    events = []
+    for k, base in enumerate((0, 100)):
+        c = 10 * k
+        events += [
+            step(k + 1, base, 100),
+            annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", base + 0, 20),
+            op("aten::mm", base + 20, 12),
+            *launched("ampere_sgemm_128x64_nn", base + 20, 5, base + 25, 30, corr=c + 1),
+            runtime("cudaMemcpyAsync", base + 26, 4, corr=c + 2),
+            memcpy("Memcpy HtoD (Pageable -> Device)", base + 50, 20, corr=c + 2, nbytes=1000),
+            *launched("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", base + 85, 2, base + 88, 7, corr=c + 4),
+        ]
+    # Step 1 only: a .item() from the user's line, with its Python frame.
+    events += [
+        pyframe("train.py(12): train_step", 60, 30),
+        pyframe("/usr/lib/python3.11/site-packages/torch/_tensor.py(40): item", 66, 20),
+        op("aten::item", 68, 14),
+        op("aten::_local_scalar_dense", 69, 12),
+        runtime("cudaStreamSynchronize", 70, 10, corr=3),
+    ]
+    return events
+
+
+@pytest.fixture(scope="module")
+def analysis(tmp_path_factory: pytest.TempPathFactory):
+    path = write_trace(tmp_path_factory.mktemp("t") / "two.json", two_steps(),
+                       metadata={"distributedInfo": {"rank": 5, "world_size": 8}})
+    return analyze_trace(path)
+
+
+def test_steps_and_rank(analysis) -> None:
+    assert analysis.rank == 5 and analysis.rank_source == "distributedInfo" and analysis.world_size == 8
+    assert [s.number for s in analysis.steps] == [1, 2]
+    assert [s.duration_s for s in analysis.steps] == pytest.approx([100 * US, 100 * US])
+
+
+def test_additive_breakdown_by_hand(analysis) -> None:
+    first = analysis.steps[0].parts_s
+    expected = {"kernel": 30, "memcpy": 15, "memset": 0, "communication": 7, "runtime": 17,
+                "dataloader": 20, "cpu_exec": 2, "other": 9}
+    assert first == pytest.approx({k: v * US for k, v in expected.items()})
+    for s in analysis.steps:
+        assert sum(s.parts_s.values()) == pytest.approx(s.duration_s)
+    # Step 2 has no sync: the runtime is 5 + 2, and item's time becomes "other".
+    assert analysis.steps[1].parts_s["runtime"] == pytest.approx(7 * US)
+    assert sum(analysis.breakdown_share.values()) == pytest.approx(1.0)
+
+
+def test_gpu_summary(analysis) -> None:
+    g = analysis.gpu
+    assert g.utilization == pytest.approx(37 / 100)
+    assert g.kernel_busy_s == pytest.approx(74 * US)
+    assert g.communication_busy_s == pytest.approx(14 * US)
+    assert g.communication_overlap == 0.0
+    # Host wait: nccl kernels after memcpy (18 each) and step 2's first kernel after step 1's end (30).
+    assert g.idle_host_wait_s == pytest.approx(66 * US)
+    assert g.idle_short_gap_s == 0 and g.idle_other_s == 0
+    (copy,) = g.memcpy
+    assert (copy.direction, copy.host_memory, copy.count, copy.bytes) == ("HtoD", "pageable", 2, 2000)
+    assert copy.bandwidth_bytes_per_s == pytest.approx(2000 / (40 * US))
+    assert g.matmul_s["fp32_no_tc"] == pytest.approx(60 * US)
+    assert not g.low_precision_in_use
+    assert g.pageable_h2d_exposed_ns_per_step == [15_000, 15_000]
+
+
+def test_sync_attributed_to_op_and_user_line(analysis) -> None:
+    s = analysis.syncs
+    assert s.calls == 1 and s.calls_per_step == 0.5
+    (site,) = s.sites
+    assert (site.call, site.op, site.file, site.line, site.function) == (
+        "cudaStreamSynchronize", "aten::item", "train.py", 12, "train_step")
+    # GPU idle from the call's start (70) to the next kernel (88): no kernel runs in between.
+    assert site.gpu_idle_after_s == pytest.approx(18 * US)
+
+
+def test_top_ops_self_time(analysis) -> None:
+    by_name = {o.name: o for o in analysis.top_ops}
+    assert by_name["aten::item"].self_s == pytest.approx(2 * US)  # 14 minus the 12 of its child
+    assert by_name["aten::mm"].calls == 2
+
+
+def test_launch_bound_stretch(tmp_path: Path) -> None:
+    events = [step(1, 0, 1000)]
+    t = 0.0
+    for i in range(40):
+        # Launch takes 10 us, kernel 2 us: every kernel waits for the next launch.
+        events += launched("tiny_kernel", t, 10, t + 11, 2, corr=i + 1)
+        t += 12
+    a = analyze_trace(write_trace(tmp_path / "lb.json", events))
+    lb = a.launch
+    assert lb.launch_bound_kernels == 40 and lb.stretches == 1 and lb.stretch_kernels == 40
+    # The stretch spans first kernel start (11) to last end (11 + 39*12 + 2); idle = span - 40*2.
+    span = 39 * 12 + 2
+    assert lb.stretch_span_ns == span * 1000 and lb.stretch_idle_ns == (span - 80) * 1000
+
+
+def test_no_step_markers_whole_trace_is_one_step(tmp_path: Path) -> None:
+    events = [op("aten::add", 10, 5), op("aten::mul", 30, 10)]
+    a = analyze_trace(write_trace(tmp_path / "nomark.json", events))
+    assert not a.steps_marked and a.step_count == 1
+    assert a.steps[0].duration_s == pytest.approx(30 * US)
+    assert any("no ProfilerStep markers" in n for n in a.notes)
+    assert a.kind == "cpu"
+
+
+def test_last_marker_running_past_the_trace_is_clipped(tmp_path: Path) -> None:
+    trace_span = {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans",
+                  "tid": "PyTorch Profiler", "ts": 0, "dur": 40}
+    events = [trace_span, step(1, 0, 1e7), op("aten::add", 5, 20)]
+    a = analyze_trace(write_trace(tmp_path / "long.json", events))
+    assert a.steps[0].duration_s == pytest.approx(40 * US)
+
+
+def test_step_window_extends_to_gpu_work_it_launched(tmp_path: Path) -> None:
+    events = [step(1, 0, 50), *launched("k", 10, 5, 40, 30, corr=1), step(2, 100, 50)]
+    a = analyze_trace(write_trace(tmp_path / "ext.json", events))
+    assert [s.duration_s for s in a.steps] == pytest.approx([70 * US, 50 * US])
+
+
+@pytest.mark.parametrize(
+    "name,group,matmul,tc,precision",
+    [
+        ("ampere_sgemm_128x64_nn", "compute", True, False, "fp32"),
+        ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4>(Params)", "compute", True, True, "tf32"),
+        ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn", "compute", True, True, "low"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1", "compute", True, True, "low"),
+        ("nvjet_hsh_128x256_64x4_1x2_h_bz_coopA_NNT", "compute", True, True, "low"),
+        ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64, 64, 4, false, false, cutlass::bfloat16_t>>(Params)",
+         "compute", True, True, "low"),
+        ("triton_tem_fused_mm_0", "compute", True, True, "unknown"),
+        ("void gemmSN_TN_kernel<__half, 128, 16, 2, 4, 8, 9, false>(params)", "compute", True, False, "low"),
+        ("cudnn::detail::implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1, false>", "compute", True,
+         False, "fp32"),
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "communication", False,
+         False, "fp32"),
+        ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>(int)",
+         "compute", False, False, "low"),
+        ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda convert>(int)",
+         "compute", False, False, "unknown"),
+    ],
+)
+def test_kernel_classes(name: str, group: str, matmul: bool, tc: bool, precision: str) -> None:
+    c = classify_kernel(name)
+    assert (c.group, c.matmul, c.tensor_core, c.precision) == (group, matmul, tc, precision)
+
+
+def test_short_names() -> None:
+    assert short_name("void at::native::reduce_kernel<512, 1>(at::native::ReduceOp<float>)") == "at::native::reduce_kernel"
+    assert short_name("at::cuda::(anonymous namespace)::spin_kernel(long)") == "at::cuda::(anonymous namespace)::spin_kernel"
+    assert short_name("Memcpy HtoD (Pinned -> Device)") == "Memcpy HtoD (Pinned -> Device)"
+
+
+def test_tables_are_numpy_int64(analysis) -> None:
+    # Guard against silent float conversion of ns times (precision loss on epoch timestamps).
+    from stave.trace.tables import load_trace  # noqa: F401
+
+    assert isinstance(analysis.steps[0].duration_s, float)
+    assert np.int64(1).dtype == np.int64
