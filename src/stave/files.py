@@ -27,6 +27,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
         raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from exc
     try:
         with os.fdopen(fd, "wb") as handle:
+            # mkstemp creates 0600; a report should get the permissions a plain open() would give.
+            os.fchmod(handle.fileno(), 0o666 & ~_umask())
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
@@ -71,6 +73,21 @@ def check_writable(path: str | os.PathLike[str] | None, what: str = "output") ->
         raise OutputError(
             f"cannot write {what} to {target}: {exc.strerror or exc}; choose a writable path"
         ) from exc
+
+
+def _umask() -> int:
+    # Read it from /proc where possible: os.umask can only be read by setting it, which would
+    # briefly change it for the user's other threads.
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass  # no /proc (not Linux): fall back to setting and restoring it
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _remove_quietly(name: str) -> None:

@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import psutil
 import torch
@@ -83,8 +83,12 @@ class DoctorSession:
     """Measures the training loop that runs between :meth:`start` and :meth:`stop`."""
 
     def __init__(self, options: DoctorOptions, run: RunInfo | None = None,
-                 on_step: Callable[[int, "DoctorSession"], None] | None = None) -> None:
+                 on_step: Callable[[int, "DoctorSession"], None] | None = None,
+                 attachments: Sequence[Any] = ()) -> None:
         self.options = options
+        # Extra instruments (stave.dist.hooks.DistHooks): install(session) at start, uninstall() at
+        # stop, contribute(record, final) on every record built (periodic ones included).
+        self.attachments = list(attachments)
         self.run = run or RunInfo()
         self.on_step = on_step
         self.warmup = DEFAULT_WARMUP if options.warmup is None else options.warmup
@@ -204,6 +208,8 @@ class DoctorSession:
         self.loop.install()
         self.loader.install()
         self.copies.install()
+        for attachment in self.attachments:
+            attachment.install(self)
         self.monitor = Monitor(
             position=self.tracker.position,
             worker_pids=self.loader.worker_pids,
@@ -229,6 +235,8 @@ class DoctorSession:
         self._stop_profile()
         self.copies.uninstall()
         self.loop.uninstall()
+        for attachment in self.attachments:
+            attachment.uninstall()
         self.loader.shutdown_workers()
         main_stats = self.loader.main_process_stats()
         self.loader.uninstall()
@@ -319,17 +327,22 @@ class DoctorSession:
                 "no optimizer.step() was seen: stave measures steps at optimizer.step(); "
                 "a script that never calls it (inference, a custom update) has no steps to analyze"
             )
+        for attachment in self.attachments:
+            attachment.contribute(record, final=True)
         return record
 
     def partial_record(self) -> RunRecord:
         """What has been measured so far (for the periodic write while the script runs)."""
         run = dataclasses.replace(self.run, stopped_by="running")
-        return RunRecord(
+        record = RunRecord(
             run=run,
             config=self.config,
             steps=list(self.tracker.steps),
             host=self.monitor.host_samples() if self.monitor else [],
         )
+        for attachment in self.attachments:
+            attachment.contribute(record, final=False)
+        return record
 
     def write_record(self, path: str) -> None:
         """Write the final record (JSON) atomically."""
@@ -338,9 +351,15 @@ class DoctorSession:
     def _record_loop(self) -> None:
         path = self.options.record_path
         assert path is not None
-        while not self._record_stop.wait(self.options.record_interval_s):
+        # The first write is immediate, so a rank that dies early still leaves who and where it was.
+        while True:
             try:
                 atomic_write_json(path, self.partial_record().to_dict(), indent=None)
             except (OSError, ValueError) as exc:
                 log.warning("could not write the periodic record to %s: %s", path, exc)
+            except RuntimeError as exc:
+                # The main thread changed a dict while it was being copied: try again next time.
+                log.debug("periodic record skipped: %s", exc)
+            if self._record_stop.wait(self.options.record_interval_s):
+                return
 

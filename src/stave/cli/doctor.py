@@ -29,6 +29,11 @@ def register(sub: Any) -> None:
         usage="stave doctor [OPTIONS] SCRIPT [ARGS...] | stave doctor [OPTIONS] -m MODULE [ARGS...]",
     )
     add_doctor_options(p)
+    # --- distributed (issue 6): torchrun launch, per-rank records, merge ---
+    from stave.cli.doctor_dist import add_dist_options
+
+    add_dist_options(p)
+    # --- end distributed ---
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a module (like python -m MODULE)")
     p.add_argument("target", nargs=argparse.REMAINDER, help="the script and its arguments")
     p.set_defaults(func=run, split_target=split_target)
@@ -95,6 +100,13 @@ def _validate(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the doctor for parsed arguments; returns the exit code."""
+    # --- distributed (issue 6): --nproc-per-node, --merge, or running as one rank of a launch ---
+    from stave.cli.doctor_dist import dist_mode, run_distributed
+
+    mode = dist_mode(args)
+    if mode is not None:
+        return run_distributed(args, mode)
+    # --- end distributed ---
     _validate(args)
     target = _target_from(args)
     target.check()

@@ -68,7 +68,7 @@ def _progress(console: Console) -> Progress:
 def run(args: argparse.Namespace) -> int:
     """Run ``stave pack``; returns the exit code."""
     from stave.data.dataset import read_manifest, verify
-    from stave.data.pack import pack
+    from stave.data.writer import pack
 
     err = Console(stderr=True)
     quiet = not err.is_terminal

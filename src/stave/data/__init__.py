@@ -24,7 +24,7 @@ _EXPORTS = {
     "DeviceLoader": ("stave.data.device_loader", "DeviceLoader"),
     "ImageLoader": ("stave.data.loader", "ImageLoader"),
     "PackedDataset": ("stave.data.dataset", "PackedDataset"),
-    "pack": ("stave.data.pack", "pack"),
+    "pack": ("stave.data.writer", "pack"),
     "verify": ("stave.data.dataset", "verify"),
 }
 

@@ -77,6 +77,10 @@ def crop_resize(
     y0 = min(max(0, int(round(box[1]))), height - 1)
     x1 = max(x0 + 1, min(width, int(round(box[2]))))
     y1 = max(y0 + 1, min(height, int(round(box[3]))))
+    if not pixels.flags.writeable:
+        # torch refuses to wrap read-only memory silently (mapped raw samples, Pillow's buffers).
+        pixels = np.array(pixels[y0:y1, x0:x1])
+        y1, x1, y0, x0 = y1 - y0, x1 - x0, 0, 0
     crop = torch.from_numpy(pixels)[y0:y1, x0:x1]
     if (x1 - x0, y1 - y0) == (out_w, out_h):
         result = crop

@@ -46,6 +46,8 @@ class LoaderInfo:
     dataset_bytes_on_disk: int | None = None
     dataset_files: int | None = None
     first_indices: list[int] = field(default_factory=list)
+    # Samples this rank's sampler yields per epoch (its len()), when it says; distributed runs only.
+    epoch_samples: int | None = None
 
 
 @dataclass

@@ -9,6 +9,7 @@ from typing import Any
 
 from stave.errors import FormatError, InputError
 from stave.measure.config import ConfigSnapshot
+from stave.measure.dist import DistInfo
 from stave.measure.host import HostSample
 from stave.measure.pipeline import CopyStat, SyncSite, WorkerStats
 from stave.measure.serialize import from_dict, to_dict
@@ -84,6 +85,8 @@ class RunRecord:
     probes: ProbeResults = field(default_factory=ProbeResults)
     spans: list[PhaseSpan] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Distributed runs only (stave.dist): launch identity and DDP counters of this rank.
+    dist: DistInfo = field(default_factory=DistInfo)
 
     def counted_steps(self) -> list[StepRecord]:
         """Steps that enter the statistics (not warm-up, not profiled, not the FLOP-counting step)."""

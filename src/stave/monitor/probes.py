@@ -1,13 +1,17 @@
 """Short measurements the doctor takes after the user's script has ended (never during it).
 
-Three probes, each a ratio of two things run interleaved (A B A B) after a warm-up, so a noisy
+Three probes; the two ratios run their sides interleaved (A B A B) after a warm-up, so a noisy
 machine slows both sides alike:
 
 * bf16 vs fp32 matmul on the device: what mixed precision would buy the model's GEMMs. On CPU only
   where the CPU has native bf16 (elsewhere bf16 is emulated and the answer is known: no).
 * the same fp32 matmul at the script's torch thread count vs one thread per usable core, only when
   the script asked for more threads than it may use (oversubscription).
-* the fixed host cost of one tiny tensor op: the floor under every op the step launches.
+* the fixed host cost of one tiny tensor op: the floor under every op the step launches
+  (dispatch, allocation and, on a GPU, the launch; measured as the thread's CPU time, with autograd
+  off, so it is the per-op floor rather than a forward op's full cost).
+
+The bf16 probe's fp32 side also gives the device's fp32 matmul rate (FLOP/s).
 
 The probes never draw from a global generator (inputs come from a private ``torch.Generator``),
 and they restore every torch setting they touch, so the user's results are unchanged.
@@ -18,6 +22,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -63,6 +68,16 @@ def _timed(fn: Callable[[], object], device: torch.device, reps: int) -> float:
 Pair = tuple[Callable[[], object], Callable[[], object]]
 
 
+@dataclass(frozen=True)
+class RatioResult:
+    """An interleaved A/B measurement: median ratio of pair times, size used, per-call medians."""
+
+    ratio: float
+    size: int
+    a_s: float
+    b_s: float
+
+
 def _interleaved_ratio(
     sizes: tuple[int, ...],
     make: Callable[[int], Pair],
@@ -70,8 +85,9 @@ def _interleaved_ratio(
     deadline: float,
     setup_a: Callable[[], None] | None = None,
     setup_b: Callable[[], None] | None = None,
-) -> tuple[float | None, int]:
-    """Median over A/B pairs of time(A) / time(B), and the problem size it was measured at.
+) -> RatioResult | None:
+    """Median over A/B pairs of time(A) / time(B), the problem size it was measured at, and each
+    side's median seconds per call.
 
     ``make(size)`` builds the two sides. The largest of ``sizes`` whose MIN_PAIRS pairs fit before
     ``deadline`` is used (a slow or loaded machine gets a smaller GEMM rather than no answer);
@@ -97,20 +113,27 @@ def _interleaved_ratio(
             break
     else:
         log.debug("probe skipped: %.3f s per call does not fit %.3f s left", per_call, left)
-        return None, sizes[-1]
+        return None
     if size != sizes[0]:
         a, b = make(size)
         per_call = max(run(a, setup_a, 1), run(b, setup_b, 1), 1e-9)
         left = deadline - time.perf_counter()
     reps = max(1, min(MAX_REPS, int((left / TARGET_PAIRS / per_call - untimed) / 2)))
-    ratios: list[float] = []
-    while len(ratios) < TARGET_PAIRS:
+    times_a: list[float] = []
+    times_b: list[float] = []
+    while len(times_a) < TARGET_PAIRS:
         t0 = time.perf_counter()
-        ratios.append(run(a, setup_a, reps) / run(b, setup_b, reps))
+        times_a.append(run(a, setup_a, reps))
+        times_b.append(run(b, setup_b, reps))
         pair_s = time.perf_counter() - t0
-        if len(ratios) >= MIN_PAIRS and time.perf_counter() + pair_s > deadline:
+        if len(times_a) >= MIN_PAIRS and time.perf_counter() + pair_s > deadline:
             break
-    return statistics.median(ratios), size
+    return RatioResult(
+        ratio=statistics.median(ta / tb for ta, tb in zip(times_a, times_b)),
+        size=size,
+        a_s=statistics.median(times_a),
+        b_s=statistics.median(times_b),
+    )
 
 
 def _matmul(size: int, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> Callable[[], object]:
@@ -119,15 +142,14 @@ def _matmul(size: int, dtype: torch.dtype, device: torch.device, gen: torch.Gene
     return lambda: torch.mm(a, b)
 
 
-def _bf16_probe(device: torch.device, gen: torch.Generator, deadline: float) -> tuple[float | None, list[int]]:
+def _bf16_probe(device: torch.device, gen: torch.Generator, deadline: float) -> RatioResult | None:
     sizes = GPU_MATMUL_SIZES if dev.is_cuda(device) else CPU_MATMUL_SIZES
 
     def make(size: int) -> Pair:
         # fp32 runs as the script left it (TF32 on or off): the question is what bf16 adds to that.
         return _matmul(size, torch.float32, device, gen), _matmul(size, torch.bfloat16, device, gen)
 
-    ratio, size = _interleaved_ratio(sizes, make, device, deadline)
-    return ratio, ([size] * 3 if ratio is not None else [])
+    return _interleaved_ratio(sizes, make, device, deadline)
 
 
 def _threads_probe(torch_threads: int, cores: int, gen: torch.Generator, deadline: float) -> float | None:
@@ -137,12 +159,12 @@ def _threads_probe(torch_threads: int, cores: int, gen: torch.Generator, deadlin
         mm = _matmul(size, torch.float32, cpu, gen)
         return mm, mm
 
-    ratio, _size = _interleaved_ratio(
+    result = _interleaved_ratio(
         CPU_MATMUL_SIZES, make, cpu, deadline,
         setup_a=lambda: torch.set_num_threads(torch_threads),
         setup_b=lambda: torch.set_num_threads(cores),
     )
-    return ratio
+    return result.ratio if result is not None else None
 
 
 def _overhead_probe(device: torch.device, deadline: float) -> float | None:
@@ -199,7 +221,11 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                 spent_share += _SHARES[name] / total_share
                 deadline = start + budget_s * spent_share
                 if name == "bf16":
-                    out.bf16_speedup, out.bf16_probe_shape = _bf16_probe(device, gen, deadline)
+                    bf16 = _bf16_probe(device, gen, deadline)
+                    if bf16 is not None:
+                        out.bf16_speedup = bf16.ratio
+                        out.bf16_probe_shape = [bf16.size] * 3
+                        out.fp32_matmul_flops_per_s = 2 * bf16.size**3 / bf16.a_s
                 elif name == "threads":
                     out.threads_speedup = _threads_probe(torch_threads, cores, cpu_gen, deadline)
                     out.threads_probe = [torch_threads, cores]

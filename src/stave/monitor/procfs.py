@@ -25,9 +25,10 @@ log = logging.getLogger(__name__)
 
 # /proc/diskstats counts 512-byte sectors whatever the device's real sector size (kernel ABI).
 DISKSTATS_SECTOR_BYTES = 512
-# Largest /proc text we read in one go. /proc/stat grows with cores and interrupt lines (a
-# 256-core machine is ~100 KB); a short read is detected and retried with a bigger buffer.
-_FIRST_READ_BYTES = 64 * 1024
+# First buffer for a /proc file: most are under 4 KB. A read that fills the buffer is retried with
+# a bigger one, remembered per file (/proc/stat of a 256-core machine is ~100 KB); the cap bounds
+# what a misbehaving file could make us allocate.
+_FIRST_READ_BYTES = 4096
 _MAX_READ_BYTES = 16 * 1024 * 1024
 # Block devices that are not storage the dataset could be read from: loop devices re-read files
 # already counted on the disk below them, ram/zram are memory.
@@ -200,6 +201,7 @@ class _Files:
 
     def __init__(self) -> None:
         self._fds: dict[str, int] = {}
+        self._sizes: dict[str, int] = {}
         self._missing_logged: set[str] = set()
 
     def read(self, path: str, what: str | None = None) -> str | None:
@@ -210,12 +212,13 @@ class _Files:
             if fd is None:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
                 self._fds[path] = fd
-            size = _FIRST_READ_BYTES
+            size = self._sizes.get(path, _FIRST_READ_BYTES)
             while True:
                 data = os.pread(fd, size, 0)
                 if len(data) < size or size >= _MAX_READ_BYTES:
                     break
-                size *= 4
+                size *= 4  # the text filled the buffer: it may go on
+            self._sizes[path] = size
         except OSError as exc:
             self.forget(path)
             if what is not None and path not in self._missing_logged:
@@ -231,6 +234,7 @@ class _Files:
     def forget(self, path: str) -> None:
         """Close and drop the cached descriptor of ``path``, if any."""
         fd = self._fds.pop(path, None)
+        self._sizes.pop(path, None)
         if fd is not None:
             os.close(fd)
 

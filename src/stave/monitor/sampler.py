@@ -40,6 +40,9 @@ FINAL_SAMPLE_MIN_SHARE = 0.5
 # How early a host sample may be taken to share a wake-up with a stack sample: well under the
 # 100 ms host interval, so rates stay accurate, and above the scheduler's usual wake-up jitter.
 HOST_TICK_EARLY_S = 0.005
+# Longest stop() may wait for a sleeping sampler to notice: above it the thread waits on the stop
+# event instead of sleeping (the default 20 ms stack interval is below it, so sleeps are short).
+STOP_LATENCY_S = 0.05
 
 
 class Monitor:
@@ -48,6 +51,8 @@ class Monitor:
     ``position()`` returns the main thread's (step index, phase name); it is called at every sample
     and the result is stored with it. ``worker_pids()`` returns the live DataLoader worker PIDs.
     ``proc_paths`` relocates the kernel files (tests use it to simulate a machine that hides some).
+    Should the thread fail (a callback raising, say), sampling stops, the user's run goes on and
+    :attr:`error` says why, for the report.
     """
 
     def __init__(
@@ -168,9 +173,13 @@ class Monitor:
             if self._stop.is_set():
                 break
             wake = min(next_host, next_stack) if self._stacks_enabled else next_host
-            # time.sleep, not Event.wait: a wake-up through a Condition costs about twice the CPU
-            # (allocating and acquiring a lock each time), and stop() can wait one interval.
-            time.sleep(max(0.0, wake - time.perf_counter()))
+            wait_s = max(0.0, wake - time.perf_counter())
+            # Short waits use time.sleep: a wake-up through Event.wait costs about twice the CPU
+            # (it allocates and acquires a lock each time), and stop() can afford to wait that long.
+            if wait_s > STOP_LATENCY_S:
+                self._stop.wait(wait_s)
+            else:
+                time.sleep(wait_s)
         if time.perf_counter() - last_host >= FINAL_SAMPLE_MIN_SHARE * self.host_interval_s:
             self._sample_host(collector)
 

@@ -41,7 +41,7 @@ def doctor_json(result: DoctorResult) -> dict[str, Any]:
         "run": sec.seconds_keys(to_dict(record.run)),
         "config": sec.seconds_keys(to_dict(record.config)),
         "summary": summary,
-        "ranks": ranks_section(result),
+        "ranks": ranks_section(result, summary["utilization"]),
         "steps": sec.steps_section(record, origin),
         "utilization": sec.utilization_section(record, origin),
         "data_pipeline": sec.data_pipeline_section(record),
@@ -64,11 +64,15 @@ def rank_rows(result: DoctorResult) -> list[tuple[RankSummary, RunRecord | None]
     return [(r, records.get(r.rank)) for r in sorted(ranks, key=lambda r: r.rank)]
 
 
-def ranks_section(result: DoctorResult) -> list[dict[str, Any]]:
-    """The ``ranks`` array: per rank, the summary's shape plus rank, hostname, pid and status."""
+def ranks_section(result: DoctorResult, main_utilization: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The ``ranks`` array: per rank, the summary's shape plus rank, hostname, pid and status.
+
+    ``main_utilization``: the top-level summary's utilization, reused for the main record's rank.
+    """
     rows = []
     for rs, record in rank_rows(result):
-        body = sec.summary_section(rs.summary, record)
+        reuse = main_utilization if record is result.record else None
+        body = sec.summary_section(rs.summary, record, reuse)
         # The rank summary's peaks are authoritative when the rank's record did not travel back.
         body["peak_rss_bytes"] = rs.peak_rss_bytes if rs.peak_rss_bytes is not None else body["peak_rss_bytes"]
         body["peak_cuda_bytes"] = rs.peak_cuda_bytes if rs.peak_cuda_bytes is not None else body["peak_cuda_bytes"]
@@ -79,7 +83,13 @@ def ranks_section(result: DoctorResult) -> list[dict[str, Any]]:
 def json_safe(obj: Any) -> Any:
     """Plain JSON types only: non-finite floats become ``None``, numpy/torch scalars and arrays
     Python numbers and lists, tuples and sets lists, keys strings; anything else its ``str``."""
-    if obj is None or isinstance(obj, (str, bool)):
+    kind = type(obj)
+    # Exact-type fast paths first: a long run's report holds hundreds of thousands of numbers.
+    if kind is float:
+        return obj if math.isfinite(obj) else None
+    if obj is None or kind is int or kind is str or kind is bool:
+        return obj
+    if isinstance(obj, (str, bool)):
         return obj
     if isinstance(obj, dict):
         return {str(k): json_safe(v) for k, v in obj.items()}

@@ -79,10 +79,12 @@ def counted_indices(record: RunRecord) -> set[int]:
 # --- summary -------------------------------------------------------------------------------------
 
 
-def summary_section(summary: StepSummary, record: RunRecord | None) -> dict[str, Any]:
+def summary_section(summary: StepSummary, record: RunRecord | None,
+                    utilization: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``summary`` object (also the shape of each ``ranks`` entry).
 
     Step statistics are ``None`` when no step was counted (a median of nothing is not 0).
+    ``utilization``: the record's :func:`utilization_summary` when the caller already has it.
     """
     counted = summary.steps > 0
     host = list(record.host) if record is not None else []
@@ -112,7 +114,7 @@ def summary_section(summary: StepSummary, record: RunRecord | None) -> dict[str,
         "comm_wait_s": summary.comm_wait_mean_s if counted else None,
         "peak_rss_bytes": max(rss) if rss else None,
         "peak_cuda_bytes": max(cuda) if cuda else None,
-        "utilization": utilization_summary(record) if record is not None else None,
+        "utilization": utilization if utilization is not None or record is None else utilization_summary(record),
     }
 
 
@@ -177,8 +179,7 @@ def utilization_summary(record: RunRecord) -> dict[str, Any]:
     samples, window = _window_samples(record)
     out: dict[str, Any] = {"samples": len(samples), "window": window}
     for name in host_counter_fields():
-        values = [getattr(h, name) for h in samples if getattr(h, name) is not None]
-        values = [v for v in values if math.isfinite(v)]
+        values = [v for v in (getattr(h, name) for h in samples) if v is not None and math.isfinite(v)]
         out[name] = {"mean": sum(values) / len(values), "min": min(values), "max": max(values)} if values else None
     return out
 
@@ -196,6 +197,9 @@ def utilization_section(record: RunRecord, origin_ns: int | None = None,
     samples = sorted(record.host, key=lambda h: h.t_ns)
     group = max(1, math.ceil(len(samples) / max(1, max_points)))
     rows = []
+    if group == 1:
+        return [{"t_s": (h.t_ns - origin) / 1e9, "step": h.step, **{name: getattr(h, name) for name in fields}}
+                for h in samples]
     for start in range(0, len(samples), group):
         chunk = samples[start:start + group]
         row: dict[str, Any] = {
@@ -226,10 +230,10 @@ def data_pipeline_section(record: RunRecord) -> dict[str, Any]:
     Stages are summed over the workers of a loader (``where`` = "workers"); the main process's
     own stages (worker_id -1, when ``num_workers=0``) are "main".
     """
-    groups: dict[tuple[int | None, str], dict[str, list[int]]] = {}
-    order: dict[tuple[int | None, str], list[str]] = {}
+    groups: dict[tuple[int, str], dict[str, list[int]]] = {}
+    order: dict[tuple[int, str], list[str]] = {}
 
-    def add(loader_id: int | None, where: str, stages: Iterable[Any]) -> None:
+    def add(loader_id: int, where: str, stages: Iterable[Any]) -> None:
         key = (loader_id, where)
         acc = groups.setdefault(key, {})
         names = order.setdefault(key, [])
@@ -247,7 +251,8 @@ def data_pipeline_section(record: RunRecord) -> dict[str, Any]:
     stages = []
     for key, acc in groups.items():
         total_wall = sum(v[1] for v in acc.values())
-        for name in order[key]:
+        # Pipeline order: reading first, collate last, transforms in the order they were seen.
+        for name in sorted(order[key], key=lambda n: {"load": 0, "collate": 2}.get(n, 1)):
             samples, wall_ns, cpu_ns = acc[name]
             stages.append(
                 {

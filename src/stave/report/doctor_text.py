@@ -125,7 +125,8 @@ def loader_text(loader: dict[str, Any]) -> str:
     first = f"; first batch after {fmt_seconds(max(waits))}" if waits else ""
     return (
         f"loader {loader['loader_id']}: {loader.get('dataset_type', '?')}{size}, batch "
-        f"{_opt(loader['batch_size'])}, {loader['num_workers']} workers, pin_memory {_on(loader['pin_memory'])}, "
+        f"{_opt(loader['batch_size'])}, {loader['num_workers']} worker{'' if loader['num_workers'] == 1 else 's'}, "
+        f"pin_memory {_on(loader['pin_memory'])}, "
         f"persistent_workers {_on(loader['persistent_workers'])}, prefetch_factor {_opt(loader['prefetch_factor'])}"
         f"{first}"
     )
@@ -159,3 +160,8 @@ def stack_text(summary: dict[str, Any]) -> str:
 def line_location(hot: dict[str, Any]) -> str:
     """A source location as "file.py:12 function" (the directory is in the JSON)."""
     return f"{hot['file'].rsplit('/', 1)[-1]}:{hot['line']} {hot['function']}"
+
+
+def rank_host(rank: dict[str, Any]) -> str:
+    """A rank's "host:pid" ("n/a" for a rank that left no record)."""
+    return f"{rank['hostname']}:{rank['pid']}" if rank.get("hostname") else NA

@@ -45,9 +45,9 @@ _GPU_MEMORY_SERIES = (("GPU memory used", "gpu_mem_used_bytes", 2.0**-30),
                       ("CUDA allocated", "cuda_allocated_bytes", 2.0**-30))
 
 
-def doctor_html(result: DoctorResult) -> str:
-    """The complete HTML report of ``result``."""
-    report = doctor_json(result)
+def doctor_html(result: DoctorResult, report: dict[str, Any] | None = None) -> str:
+    """The complete HTML report of ``result`` (``report``: its ``doctor_json``, if already built)."""
+    report = doctor_json(result) if report is None else report
     run = report["run"]
     name = (run.get("script") or "script").rsplit("/", 1)[-1]
     body = [
@@ -140,7 +140,8 @@ def pipeline_html(report: dict[str, Any]) -> str:
     loaders = "".join(f"<p>{hp.esc(dt.loader_text(ld))}</p>" for ld in report["config"].get("loaders", []))
     stages = ""
     if pipe["stages"]:
-        rows = [(s["name"], s["where"] if s["loader_id"] is None else f"{s['where']} (loader {s['loader_id']})",
+        several = len({s["loader_id"] for s in pipe["stages"]}) > 1
+        rows = [(s["name"], f"{s['where']}, loader {s['loader_id']}" if several else s["where"],
                  fmt_us(s["wall_per_sample_s"]), fmt_us(s["cpu_per_sample_s"]), fmt_share(s["off_cpu_frac"]),
                  fmt_share(s["share"])) for s in pipe["stages"]]
         stages = hp.table(("stage", "where", "per sample", "CPU", "off-CPU", "share"), rows, numeric=(2, 3, 4, 5))
@@ -199,7 +200,7 @@ def ranks_html(report: dict[str, Any]) -> str:
     ranks = report["ranks"]
     if len(ranks) < 2:
         return ""
-    rows = [(r["rank"], f"{r['hostname']}:{r['pid']}", r["status"], fmt_seconds(r["step_time_s"]["median"]),
+    rows = [(r["rank"], dt.rank_host(r), r["status"], fmt_seconds(r["step_time_s"]["median"]),
              fmt_seconds(r["step_time_s"]["p90"]), fmt_rate(r["samples_per_s"], ""),
              *(fmt_share(r["breakdown"][p]) for p in PHASES)) for r in ranks]
     headers = ("rank", "host:pid", "status", "median", "p90", "samples/s", *(PHASE_LABELS[p] for p in PHASES))

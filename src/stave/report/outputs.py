@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from stave.analyze.result import DoctorResult
 from stave.files import atomic_write_json, atomic_write_text
@@ -28,19 +29,24 @@ def write_doctor_outputs(
     html_path: PathArg = None,
     timeline_path: PathArg = None,
     flamegraph_path: PathArg = None,
+    report: dict[str, Any] | None = None,
 ) -> list[Path]:
     """Write each requested report file; returns the paths written, in argument order.
+
+    ``report``: the result's ``doctor_json``, when the caller already built it.
 
     Raises :class:`~stave.errors.OutputError` (one line, exit 2 in the CLI) when a file cannot be
     written; files already written stay complete (each write is atomic).
     """
     written: list[Path] = []
+    if report is None and (json_path is not None or html_path is not None):
+        report = doctor_json(result)
     if json_path is not None:
-        written.append(atomic_write_json(json_path, doctor_json(result)))
+        written.append(atomic_write_json(json_path, report))
     if html_path is not None:
         from stave.report.html_doctor import doctor_html  # matplotlib is only imported for HTML
 
-        written.append(atomic_write_text(html_path, doctor_html(result)))
+        written.append(atomic_write_text(html_path, doctor_html(result, report)))
     if timeline_path is not None:
         records = result.rank_records if len(result.rank_records) > 1 else [result.record]
         trace = timeline_json_ranks(records) if len(records) > 1 else timeline_json(records[0])

@@ -10,6 +10,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from stave.analyze.result import DoctorResult
+from stave.report.doctor_json import doctor_json
 from stave.report.outputs import write_doctor_outputs
 
 
@@ -22,10 +23,12 @@ def show_and_write(
     quiet: bool = False,
     console: Console | None = None,
 ) -> None:
-    """Render ``result`` to the terminal (unless ``quiet``) and write each requested file."""
+    """Write each requested file, then render ``result`` to the terminal (unless ``quiet``)."""
+    report = doctor_json(result)  # built once: the JSON, HTML and terminal reports all read it
     write_doctor_outputs(result, json_path=json_path or None, html_path=html_path or None,
-                         timeline_path=timeline_path or None, flamegraph_path=flamegraph_path or None)
+                         timeline_path=timeline_path or None, flamegraph_path=flamegraph_path or None,
+                         report=report)
     if not quiet:
         from stave.report.terminal import render_doctor
 
-        render_doctor(result, console or Console())
+        render_doctor(result, console or Console(), report)

@@ -32,9 +32,10 @@ from stave.report.units import fmt_bar, fmt_ms, fmt_rate, fmt_seconds, fmt_share
 BREAKDOWN_BAR_WIDTH = 36
 
 
-def render_doctor(result: DoctorResult, console: Console) -> None:
-    """Print the doctor's report of ``result`` to ``console``."""
-    report = doctor_json(result)
+def render_doctor(result: DoctorResult, console: Console, report: dict[str, Any] | None = None) -> None:
+    """Print the doctor's report of ``result`` to ``console`` (``report``: its ``doctor_json``, if
+    already built)."""
+    report = doctor_json(result) if report is None else report
     console.print(doctor_renderable(report, result))
     render_trace = trace_renderer("render_terminal") if result.trace is not None else None
     if render_trace is not None:
@@ -52,7 +53,8 @@ def doctor_renderable(report: dict[str, Any], result: DoctorResult) -> Renderabl
     device = ts.device_tables(report["device"], summary["steps"])
     if device is not None:
         parts += [_section("Host ↔ device"), device]
-    parts += [_section(f"Top lines ({dt.stack_text(summary)})"), ts.hot_lines_table(report["hot_lines"], summary["stack_samples"])]
+    parts += [_section(f"Top lines ({dt.stack_text(summary)})"),
+              ts.hot_lines_table(report["hot_lines"], summary["stack_samples"])]
     if len(report["ranks"]) > 1:
         parts += [_section(f"Ranks ({len(report['ranks'])})"), ts.ranks_table(report["ranks"])]
     findings = rank_findings(list(result.findings))

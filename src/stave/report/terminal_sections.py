@@ -64,8 +64,9 @@ def stages_table(pipeline: dict[str, Any]) -> RenderableType:
     if not stages:
         return Text("no loader stages were measured")
     table = _table("stage", "where", "per sample", "CPU", "off-CPU", "share", "", right_from=2)
+    several = len({st["loader_id"] for st in stages}) > 1
     for st in stages:
-        where = st["where"] if st["loader_id"] is None else f"{st['where']} (loader {st['loader_id']})"
+        where = f"{st['where']}, loader {st['loader_id']}" if several else st["where"]
         table.add_row(
             Text(st["name"]),
             where,
@@ -85,8 +86,8 @@ def workers_table(pipeline: dict[str, Any]) -> RenderableType | None:
         return None
     io = pipeline["io"]
     head = Text(dt.io_text(io) if io is not None else "worker I/O: no worker reported its counters")
-    table = _table("worker", "pid", "samples", "per sample", "on CPU", "opens/sample", "reads/sample",
-                   "bytes/read")
+    table = _table("worker", "pid", "samples", "time", "on CPU", "opens", "reads", "bytes/read",
+                   title="per worker; time, opens and reads per sample")
     for w in workers[:MAX_WORKER_ROWS]:
         table.add_row(
             "main" if w["worker_id"] < 0 else f"{w['loader_id']}/{w['worker_id']}",
@@ -143,10 +144,14 @@ def hot_lines_table(hot_lines: list[dict[str, Any]], stack_samples: int) -> Rend
     if not hot_lines:
         return Text("no stack sample fell in the user's code")
     table = _table("share", "phase", "line", "code", right_from=0)
+    # Only the code column gives way on a narrow terminal: share, phase and location are the data.
+    table.columns[0].min_width = 6
     table.columns[1].justify = "left"
+    table.columns[1].min_width = max(len(label) for label in PHASE_LABELS.values())
     table.columns[2].justify = "left"
+    table.columns[2].no_wrap = True
     table.columns[3].justify = "left"
-    table.columns[3].overflow = "ellipsis"
+    table.columns[3].overflow = "ellipsis"  # the code is a reminder; the location is the reference
     table.columns[3].no_wrap = True
     for hl in hot_lines:
         where = dt.line_location(hl)
@@ -171,7 +176,7 @@ def ranks_table(ranks: list[dict[str, Any]]) -> RenderableType:
         st = r["step_time_s"]
         table.add_row(
             str(r["rank"]),
-            Text(f"{r['hostname']}:{r['pid']}"),
+            Text(dt.rank_host(r)),
             Text(r["status"], style="" if r["status"] == "ok" else "bold red"),
             fmt_seconds(st["median"]),
             fmt_seconds(st["p90"]),

@@ -145,8 +145,12 @@ def fmt_value(key: str, value: Any) -> str:
         parts = [f"{k}={fmt_value(str(k), v)}" for k, v in list(value.items())[:MAX_LIST_ITEMS]]
         more = len(value) - MAX_LIST_ITEMS
         return ", ".join(parts) + (f", … (+{more})" if more > 0 else "")
+    if isinstance(value, (list, tuple)) and key.endswith("shape") and all(isinstance(v, int) for v in value):
+        return " × ".join(str(v) for v in value)
     if isinstance(value, (list, tuple)):
-        parts = [fmt_value(key, v) for v in list(value)[:MAX_LIST_ITEMS]]
+        # Items of a list are plain (no thousands separators: "1,024, 2,048" would be ambiguous).
+        parts = [str(v) if isinstance(v, int) and not isinstance(v, bool) else fmt_value(key, v)
+                 for v in list(value)[:MAX_LIST_ITEMS]]
         more = len(value) - MAX_LIST_ITEMS
         return ", ".join(parts) + (f", … (+{more})" if more > 0 else "")
     if not isinstance(value, (int, float)):

@@ -187,7 +187,8 @@ def _notes(data: TraceData, windows: StepWindows) -> list[str]:
     if not windows.marked:
         notes.append(
             "no ProfilerStep markers: the whole trace is analysed as one step "
-            "(call prof.step() once per training step to get per-step numbers)"
+            "(record with a torch.profiler.schedule and call prof.step() once per training step "
+            "to get per-step numbers)"
         )
     if data.skipped_no_time:
         notes.append(f"{data.skipped_no_time} events without a timestamp were skipped")

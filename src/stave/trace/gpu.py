@@ -249,25 +249,36 @@ def _top_kernels(data: TraceData, classes: list, is_kernel: np.ndarray) -> list[
 def _stream_idle(data: TraceData, scope: np.ndarray, launches: LaunchInfo) -> list[StreamIdle]:
     gpu = data.gpu
     rows = np.flatnonzero(scope)
-    if len(rows) == 0:
+    return idle_by_stream(gpu.device[rows], gpu.stream[rows], gpu.start[rows], gpu.end[rows],
+                          launches.start[rows])
+
+
+def idle_by_stream(device: np.ndarray, stream: np.ndarray, start: np.ndarray, end: np.ndarray,
+                   launch: np.ndarray, short_gap_ns: int = SHORT_GAP_NS) -> list[StreamIdle]:
+    """Idle time of each stream between consecutive activities, split by cause (ns arrays in).
+
+    ``launch`` is the start of each activity's launch call, or -1 when unknown (then the gap
+    cannot be host wait).
+    """
+    if len(start) == 0:
         return []
-    order = np.lexsort((gpu.start[rows], gpu.stream[rows], gpu.device[rows]))
-    rows = rows[order]
-    out = []
-    key = gpu.device[rows].astype(np.int64) * (1 << 40) + gpu.stream[rows]
+    order = np.lexsort((start, stream, device))
+    device, stream, start, end, launch = device[order], stream[order], start[order], end[order], launch[order]
+    key = device.astype(np.int64) * (1 << 40) + stream
     bounds = np.flatnonzero(np.diff(key)) + 1
-    for part in np.split(rows, bounds):
-        s, e = gpu.start[part], gpu.end[part]
+    out = []
+    for part in np.split(np.arange(len(start)), bounds):
+        s, e = start[part], end[part]
         prev_end = np.maximum.accumulate(e)[:-1]
         gap = np.maximum(s[1:] - prev_end, 0)
-        launch = launches.start[part][1:]
-        host_wait = (launch >= 0) & (launch > prev_end)
-        short = ~host_wait & (gap < SHORT_GAP_NS)
+        after = launch[part][1:]
+        host_wait = (after >= 0) & (after > prev_end)
+        short = ~host_wait & (gap < short_gap_ns)
         other = ~host_wait & ~short
         out.append(
             StreamIdle(
-                device=int(gpu.device[part[0]]),
-                stream=int(gpu.stream[part[0]]),
+                device=int(device[part[0]]),
+                stream=int(stream[part[0]]),
                 activities=len(part),
                 busy_s=iv.total(iv.merge(s, e)) / 1e9,
                 host_wait_s=int(gap[host_wait].sum()) / 1e9,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ class ProfileWindow:
         self.profile_memory = profile_memory
         self.steps_seen = 0
         self._prof: Any = None
+        self._path: Path | None = None
 
     @property
     def active(self) -> bool:
@@ -47,12 +49,18 @@ class ProfileWindow:
         activities = [tp.ProfilerActivity.CPU]
         if device.cuda_available():
             activities.append(tp.ProfilerActivity.CUDA)
-        prof = tp.profile(
-            activities=activities,
-            record_shapes=True,
-            with_stack=True,
-            profile_memory=self.profile_memory,
-        )
+        with warnings.catch_warnings():
+            # The doctor's steps are already past warm-up; torch's advice to add one is noise here.
+            warnings.filterwarnings("ignore", message=".*warmup.*")
+            prof = tp.profile(
+                activities=activities,
+                # A schedule is what makes torch.profiler mark ProfilerStep#N spans.
+                schedule=tp.schedule(wait=0, warmup=0, active=self.steps, repeat=1),
+                on_trace_ready=self._export,
+                record_shapes=True,
+                with_stack=True,
+                profile_memory=self.profile_memory,
+            )
         try:
             prof.start()
         except RuntimeError as exc:
@@ -71,9 +79,13 @@ class ProfileWindow:
     def stop(self) -> Path | None:
         """Stop recording and export the trace; returns its path, or None when nothing was recorded."""
         prof, self._prof = self._prof, None
-        if prof is None:
-            return None
-        prof.stop()
+        if prof is not None:
+            # Exports through _export unless the schedule already did after the last step.
+            prof.stop()
+        path, self._path = self._path, None
+        return path
+
+    def _export(self, prof: Any) -> None:
         try:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             # Exported under a temporary name and renamed, so no reader sees half a trace.
@@ -84,5 +96,5 @@ class ProfileWindow:
             os.replace(tmp, target)
         except (OSError, RuntimeError) as exc:
             log.warning("could not write the profiler trace to %s: %s", self.out_dir, exc)
-            return None
-        return target
+            return
+        self._path = target

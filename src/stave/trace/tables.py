@@ -56,6 +56,7 @@ OVERFLOW_NAME = "(other names: name table full)"
 CUDA_DEVICE_TYPE = 1
 
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+_SKIPPED_PHASES = frozenset({"X", "s", "f", "t"})
 
 
 def us_to_ns(values: list[Any]) -> np.ndarray:
@@ -153,7 +154,8 @@ class _Builder:
     def add(self, events: list[Event]) -> None:
         xs = [e for e in events if e.ph == "X"]
         if len(xs) != len(events):
-            self._add_other(e for e in events if e.ph != "X")
+            # Flow arrows ("s"/"f") are a third of a GPU trace and carry nothing stave reads.
+            self._add_other([e for e in events if e.ph not in _SKIPPED_PHASES])
         timed = [e for e in xs if e.ts is not None]
         self.skipped_no_time += len(xs) - len(timed)
         host = [e for e in timed if e.cat in HOST_CATS]
@@ -181,14 +183,22 @@ class _Builder:
                     if a.device_type == CUDA_DEVICE_TYPE and a.device_id is not None:
                         key = f"cuda:{a.device_id}"
                     self.memory_peak[key] = max(self.memory_peak.get(key, 0), a.total_allocated)
-            elif e.ph not in ("s", "f", "t", "i", "I", "C"):
+            elif e.ph not in ("i", "I", "C"):
                 self.other_phases[e.ph] = self.other_phases.get(e.ph, 0) + 1
 
     def _add_host(self, host: list[Event]) -> None:
         start = us_to_ns([e.ts for e in host])
         dur = us_to_ns([e.dur or 0 for e in host])
-        tids = self.thread_ids
-        thread = _intern(tids, [(e.pid, e.tid) for e in host], MAX_DISTINCT_NAMES, ("", "(other threads)"))
+        pids = {e.pid for e in host}
+        # One process (the usual case): thread keys without building a tuple per event.
+        keys = [(next(iter(pids)), t) for t in {e.tid for e in host}] if len(pids) == 1 else None
+        if keys is not None:
+            local = dict(zip((k[1] for k in keys), _intern(self.thread_ids, keys, MAX_DISTINCT_NAMES,
+                                                            ("", "(other threads)"))))
+            thread = [local[e.tid] for e in host]
+        else:
+            thread = _intern(self.thread_ids, [(e.pid, e.tid) for e in host], MAX_DISTINCT_NAMES,
+                             ("", "(other threads)"))
         cats = [HOST_CATS[e.cat] for e in host]
         corr = [
             a.correlation if (a := e.args) is not None and a.correlation is not None else -1 for e in host

@@ -213,11 +213,13 @@ def test_host_samples_have_their_fields_and_absent_pressure_is_none(tmp_path) ->
     paths = ProcPaths(pressure=str(tmp_path / "missing"))
     monitor = Monitor(position=lambda: (7, "data_wait"), worker_pids=list, host_interval_s=0.05,
                       stacks=False, proc_paths=paths)
+    cpu0, t0 = time.process_time(), time.perf_counter()
     monitor.start()
     deadline = time.perf_counter() + 0.4
     while time.perf_counter() < deadline:
         sum(i * i for i in range(10_000))
     monitor.stop()
+    expected_pct = 100.0 * (time.process_time() - cpu0) / (time.perf_counter() - t0)
     samples = monitor.host_samples()
     assert len(samples) >= 4
     assert [s.t_ns for s in samples] == sorted(s.t_ns for s in samples)
@@ -229,8 +231,10 @@ def test_host_samples_have_their_fields_and_absent_pressure_is_none(tmp_path) ->
         assert s.mem_available_bytes and s.rss_bytes and s.main_threads
         assert s.workers_alive == 0 and s.cpu_workers_pct is None
         assert s.gpu_util_pct is None and s.cuda_allocated_bytes is None and s.cuda_peak_bytes is None
-    # The main thread spun for the whole window: its process was on a CPU much of the time.
-    assert statistics.median(s.cpu_main_pct for s in samples) > 20.0
+    # The process's CPU time over the same window, as the OS accounts it for this process.
+    measured = statistics.mean(s.cpu_main_pct for s in samples)
+    assert expected_pct > 5.0
+    assert abs(measured - expected_pct) < 0.35 * expected_pct + 5.0, (measured, expected_pct)
     if os.path.exists("/proc/pressure/cpu"):
         present = Monitor(position=lambda: (0, ""), worker_pids=list, host_interval_s=0.05, stacks=False)
         present.start()

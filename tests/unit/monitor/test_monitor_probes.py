@@ -41,6 +41,8 @@ def test_probes_measure_and_leave_threads_and_generators_alone(monkeypatch) -> N
     assert result.op_overhead_ns is not None and 10 < result.op_overhead_ns < 1e6
     assert result.bf16_speedup is not None and result.bf16_speedup > 0
     assert result.bf16_probe_shape and result.bf16_probe_shape[0] in probes.CPU_MATMUL_SIZES
+    # Any CPU that runs torch does between 1e8 and 1e14 fp32 FLOP/s.
+    assert result.fp32_matmul_flops_per_s is not None and 1e8 < result.fp32_matmul_flops_per_s < 1e14
     assert result.threads_speedup is None and result.threads_probe == []  # not oversubscribed
     assert elapsed < 0.8 + 1.0  # the budget, plus the warm-up calls a probe may overrun by
 
@@ -57,7 +59,7 @@ def test_no_bf16_probe_without_native_bf16_and_thread_probe_when_oversubscribed(
         _assert_same_rng(before, _global_rng_states())
     finally:
         torch.set_num_threads(saved)
-    assert result.bf16_speedup is None and result.bf16_probe_shape == []
+    assert result.bf16_speedup is None and result.bf16_probe_shape == [] and result.fp32_matmul_flops_per_s is None
     assert result.threads_probe == [cores + 2, cores]
     assert result.threads_speedup is not None and result.threads_speedup > 0
     assert result.op_overhead_ns is not None
@@ -71,8 +73,7 @@ def test_a_probe_that_cannot_fit_its_budget_is_left_out() -> None:
         time.sleep(0.05)
 
     deadline = time.perf_counter() + 0.1  # MIN_PAIRS pairs of 0.05 s calls cannot fit
-    ratio, _size = probes._interleaved_ratio((1,), lambda size: (slow, slow), torch.device("cpu"), deadline)
-    assert ratio is None
+    assert probes._interleaved_ratio((1,), lambda size: (slow, slow), torch.device("cpu"), deadline) is None
     assert len(slow_calls) == 2  # only the warm-up ran
 
 
@@ -83,8 +84,9 @@ def test_interleaved_ratio_measures_the_ratio() -> None:
     def slow() -> None:
         time.sleep(0.006)
 
-    ratio, size = probes._interleaved_ratio((1,), lambda size: (slow, fast), torch.device("cpu"), time.perf_counter() + 0.6)
-    assert size == 1 and ratio is not None and 1.5 < ratio < 4.5
+    result = probes._interleaved_ratio((1,), lambda size: (slow, fast), torch.device("cpu"), time.perf_counter() + 0.6)
+    assert result is not None and result.size == 1 and 1.5 < result.ratio < 4.5
+    assert 0.005 < result.a_s < 0.05 and result.b_s < result.a_s
 
 
 def test_a_slow_machine_falls_back_to_a_smaller_problem() -> None:
@@ -99,9 +101,9 @@ def test_a_slow_machine_falls_back_to_a_smaller_problem() -> None:
 
         return side, side
 
-    ratio, size = probes._interleaved_ratio((4, 2), make, torch.device("cpu"), time.perf_counter() + 0.25)
-    assert built == [4, 2] and size == 2
-    assert ratio is not None and 0.5 < ratio < 2.0
+    result = probes._interleaved_ratio((4, 2), make, torch.device("cpu"), time.perf_counter() + 0.25)
+    assert built == [4, 2]
+    assert result is not None and result.size == 2 and 0.5 < result.ratio < 2.0
 
 
 def test_budget_must_be_positive() -> None:

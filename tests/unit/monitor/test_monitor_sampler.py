@@ -63,3 +63,25 @@ def test_sampler_cpu_stays_a_small_share_of_wall_time() -> None:
     monitor.stop()
     assert monitor.self_cpu_s > 0
     assert monitor.self_cpu_s < 0.10 * wall_s, f"sampler used {monitor.self_cpu_s:.3f} s CPU in {wall_s:.2f} s"
+
+
+def test_stop_does_not_wait_for_a_long_interval() -> None:
+    monitor = Monitor(position=lambda: (0, ""), worker_pids=list, host_interval_s=30.0, stacks=False)
+    monitor.start()
+    time.sleep(0.05)
+    start = time.perf_counter()
+    monitor.stop()
+    assert time.perf_counter() - start < 2.0
+    assert not monitor.running
+
+
+def test_the_overhead_benchmark_runs_and_reports_each_pair() -> None:
+    from stave.monitor.overhead import measure
+
+    result = measure("python", pairs=2, window_s=0.1, warmup_s=0.05)
+    assert result.pairs == 2 and len(result.ratios) == 2
+    assert all(r > 0 for r in result.ratios)
+    assert result.min_ratio <= result.median_ratio <= result.max_ratio
+    assert 0 < result.sampler_cpu_share < 1 and result.step_ms_plain > 0
+    with pytest.raises(ValueError, match="unknown workload"):
+        measure("nope")

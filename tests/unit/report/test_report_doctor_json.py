@@ -161,3 +161,29 @@ def test_long_utilization_series_are_averaged_not_cut(result: DoctorResult) -> N
     assert all(r["psi_cpu_some_pct"] is None for r in rows)
     assert isinstance(rows[0]["rss_bytes"], int)
     assert rows[-1]["t_s"] > rows[0]["t_s"]
+
+
+def test_stages_of_two_loaders_stay_apart(single_result) -> None:
+    from stave.measure import StageStat, WorkerStats
+
+    val = WorkerStats(worker_id=0, pid=5, loader_id=1, samples=10, batches=1, getitem_wall_ns=10_000_000,
+                      getitem_cpu_ns=9_000_000, stages=[StageStat("collate", 10, 20_000, 20_000),
+                                                        StageStat("load", 10, 9_000_000, 8_000_000)])
+    single_result.record.workers.append(val)
+    stages = doctor_json(single_result)["data_pipeline"]["stages"]
+    assert [(s["loader_id"], s["name"]) for s in stages if s["loader_id"] == 1] == [(1, "load"), (1, "collate")]
+    train_resize = next(s for s in stages if s["loader_id"] == 0 and s["name"] == "Resize")
+    assert train_resize["samples"] == 640  # the validation loader's samples do not dilute training's
+    assert math.isclose(sum(s["share"] for s in stages if s["loader_id"] == 1), 1.0)
+
+
+def test_a_missing_rank_is_a_row_of_nulls(result: DoctorResult) -> None:
+    from stave.analyze.breakdown import StepSummary
+    from stave.analyze.result import RankSummary
+
+    result.ranks.append(RankSummary(rank=2, hostname="", pid=0, status="missing", summary=StepSummary()))
+    report = doctor_json(result)
+    validate_doctor_json(report)
+    missing = report["ranks"][2]
+    assert missing["status"] == "missing" and missing["utilization"] is None
+    assert missing["step_time_s"]["median"] is None and missing["samples_per_s"] is None

@@ -1,11 +1,20 @@
-"""The doctor's HTML report and the page primitives: self-contained, plotted, escaped."""
+"""The doctor's HTML report and the page primitives: self-contained, plotted, escaped.
+
+The golden page replaces each chart by a placeholder (matplotlib's SVG changes between its
+releases; the charts have their own tests). Regenerate after an intended change:
+
+    STAVE_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/unit/report/test_report_html.py
+"""
 
 from __future__ import annotations
 
+import os
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
+from report_factory import make_result
 
 from stave.report.findings_view import findings_html
 from stave.report.html_doctor import doctor_html, group_evenly
@@ -13,8 +22,9 @@ from stave.report.html_page import render_page, stacked_bar, table
 
 # A reference that would make the browser fetch something: src/href/action/xlink:href/url()/@import
 # pointing at a network location (protocol-relative "//host" included).
-_EXTERNAL = re.compile(r"""(?:src|href|action|poster|data)\s*=\s*["']?\s*(?:https?:)?//|url\(\s*["']?\s*(?:https?:)?//"""
-                       r"""|@import""", re.I)
+_EXTERNAL = re.compile(
+    r"""(?:src|href|action|poster|data)\s*=\s*["']?\s*(?:https?:)?//|url\(\s*["']?\s*(?:https?:)?//|@import""", re.I
+)
 
 
 class _Collector(HTMLParser):
@@ -31,9 +41,7 @@ class _Collector(HTMLParser):
 
 @pytest.fixture(scope="module")
 def page() -> str:
-    from conftest import make_result  # the synthetic two-rank run
-
-    return doctor_html(make_result())
+    return doctor_html(make_result())  # the synthetic two-rank run
 
 
 def test_page_is_self_contained(page: str) -> None:
@@ -118,3 +126,13 @@ def test_group_evenly_keeps_order_and_bounds() -> None:
     groups = group_evenly(list(range(10)), 3)
     assert [list(g) for g in groups] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     assert len(group_evenly(list(range(5)), 10)) == 5
+
+
+def test_page_matches_golden_with_charts_as_placeholders(result, monkeypatch) -> None:
+    placeholder = lambda chart: f'<svg data-title="{chart.title}"></svg>'  # noqa: E731
+    monkeypatch.setattr("stave.report.html_doctor.charts.to_svg", placeholder)
+    page = doctor_html(result)
+    golden = Path(__file__).resolve().parent / "golden" / "doctor_two_ranks.html"
+    if os.environ.get("STAVE_UPDATE_GOLDEN") == "1":
+        golden.write_text(page, encoding="utf-8")
+    assert page == golden.read_text(encoding="utf-8"), f"HTML report differs from {golden}; see the docstring"

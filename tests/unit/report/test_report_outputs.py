@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -46,3 +47,16 @@ def test_html_is_written(empty_result, tmp_path) -> None:
     path = tmp_path / "r.html"
     write_doctor_outputs(empty_result, html_path=path)
     assert path.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_show_and_write_prints_and_writes_the_same_numbers(single_result, tmp_path) -> None:
+    from rich.console import Console
+
+    from stave.report.show import show_and_write
+
+    console = Console(record=True, width=100, color_system=None, file=open(os.devnull, "w"))
+    path = tmp_path / "r.json"
+    show_and_write(single_result, json_path=str(path), console=console)
+    console.file.close()
+    median_ms = json.loads(path.read_text())["summary"]["step_time_s"]["median"] * 1e3
+    assert f"median {median_ms:.0f} ms" in console.export_text()

@@ -12,7 +12,6 @@ import os
 import types
 from pathlib import Path
 
-import pytest
 from rich.console import Console
 
 from stave.analyze.result import DoctorResult

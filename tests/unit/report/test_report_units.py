@@ -74,3 +74,28 @@ def test_bar_fills_in_eighths_and_clamps() -> None:
     assert u.fmt_bar(1 / 32, 4) == "▏"
     assert u.fmt_bar(2.0, 3) == "███"
     assert u.fmt_bar(None, 5) == ""
+
+
+def test_shapes_and_int_lists_stay_unambiguous() -> None:
+    assert u.fmt_value("bf16_probe_shape", [1024, 1024, 1024]) == "1024 × 1024 × 1024"
+    assert u.fmt_value("outlier_steps", [1200, 2400]) == "1200, 2400"
+    assert u.fmt_value("worker_wait_s", [0.5, 1.5]) == "500 ms, 1.50 s"
+
+
+def test_every_phase_has_a_colour_and_a_label() -> None:
+    from stave.measure.steps import PHASES
+    from stave.report.palette import PHASE_COLORS, PHASE_LABELS, SEVERITY_COLORS, SEVERITY_STYLES
+
+    assert set(PHASE_COLORS) == set(PHASES) == set(PHASE_LABELS)
+    assert len(set(PHASE_COLORS.values())) == len(PHASES)  # no two phases look alike
+    assert set(SEVERITY_COLORS) == set(SEVERITY_STYLES) == {"info", "warning", "critical"}
+
+
+def test_unknown_schema_tag_is_a_clear_error() -> None:
+    from stave.errors import FormatError
+    from stave.report.schemas import load_schema, schema_filename
+
+    assert schema_filename("stave.doctor/1") == "stave.doctor-1.schema.json"
+    assert load_schema("stave.doctor/1")["properties"]["schema"] == {"const": "stave.doctor/1"}
+    with pytest.raises(FormatError, match="no schema file for 'stave.nope/1'"):
+        load_schema("stave.nope/1")

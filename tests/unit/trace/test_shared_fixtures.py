@@ -3,6 +3,7 @@ independent computation (plain json + Python floats, written separately from sta
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 from pathlib import Path
@@ -18,6 +19,11 @@ HOST = {"cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_dr
 GPU = {"kernel", "gpu_memcpy", "gpu_memset"}
 
 pytestmark = pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared fixtures not checked out beside the repo")
+
+
+@functools.lru_cache(maxsize=None)
+def analysis(name: str):
+    return analyze_trace(FIXTURES / name)
 
 
 def load_events(name: str) -> list[dict]:
@@ -93,7 +99,7 @@ def independent(events: list[dict]) -> dict:
 @pytest.mark.parametrize("name", GPU_FIXTURES)
 def test_agrees_with_independent_computation(name: str) -> None:
     ref = independent(load_events(name))
-    a = analyze_trace(FIXTURES / name)
+    a = analysis(name)
     assert [s.duration_s * 1e6 for s in a.steps] == pytest.approx(ref["durations_us"], abs=2e-3)
     assert a.gpu.kernel_busy_s * 1e6 == pytest.approx(ref["kernel_busy_us"], abs=1e-2 * max(1, len(a.steps)))
     assert sum(m.bytes for m in a.gpu.memcpy) == ref["memcpy_bytes"]
@@ -103,7 +109,7 @@ def test_agrees_with_independent_computation(name: str) -> None:
 
 
 def test_control_trace_facts() -> None:
-    a = analyze_trace(FIXTURES / "trace_diff__control__control.json.gz")
+    a = analysis("trace_diff__control__control.json.gz")
     assert (a.rank, a.world_size, a.step_count) == (3, 8, 6)
     assert a.device_name == "NVIDIA A100-PG509-200"
     kinds = {(m.direction, m.host_memory) for m in a.gpu.memcpy}
@@ -114,7 +120,7 @@ def test_control_trace_facts() -> None:
 
 
 def test_amd_trace_reads_hip_names() -> None:
-    a = analyze_trace(FIXTURES / "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    a = analysis("amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz")
     assert a.step_count == 2 and a.gpu.kernel_busy_s > 0
     assert {s.call for s in a.syncs.sites} <= {"hipMemcpyWithStream", "hipDeviceSynchronize"}
     assert sum(m.bytes for m in a.gpu.memcpy) > 0  # sizes joined from the runtime calls

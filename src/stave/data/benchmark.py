@@ -1,0 +1,269 @@
+"""``stave bench data``: stave pack + ImageLoader against tuned torchvision pipelines, same JPEGs, same cores.
+
+Steps: generate an ImageNet-like JPEG folder (:mod:`stave.data.synth`, cached in ``--workdir``);
+pack it (as is, with ``--max-side 256``, and a ``--raw`` 32x32 set); write the same JPEG bytes to
+LMDB and HDF5; search torchvision ImageFolder + PIL over DataLoader configurations (every result
+reported); then measure all contenders interleaved (A B A B ...) for ``--rounds`` rounds and report
+the median images/s with its spread, CPU-seconds per image and peak RSS, and the goals of issue 4 as
+ratios taken within each round. Run it as ``stave bench data`` or ``python -m stave.data.benchmark``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from stave.data import bench_pipelines as bp
+from stave.device import cpu_model_name, usable_cores
+from stave.errors import UsageError
+from stave.files import atomic_write_json, check_writable
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "stave.bench.data/1"
+# Issue 4's goals, as ratios measured within one round.
+GOAL_VS_BASELINE = 2.0
+GOAL_VS_CEILING = 0.75
+GOAL_MAX_SIDE_VS_BASELINE = 4.0
+MAX_SIDE_PX = 256
+RAW_SIDE_PX = 32
+
+
+@dataclass
+class Contender:
+    """A pipeline and its measured windows."""
+
+    key: str
+    pipeline: bp.Pipeline
+    windows: list[bp.Window] = field(default_factory=list)
+
+    def rate(self) -> float:
+        return statistics.median(w.images_per_s for w in self.windows)
+
+    def summary(self) -> dict[str, Any]:
+        rates = [w.images_per_s for w in self.windows]
+        return {
+            "key": self.key,
+            "pipeline": self.pipeline.name,
+            "config": self.pipeline.config,
+            "images_per_s": round(statistics.median(rates), 1),
+            "images_per_s_min": round(min(rates), 1),
+            "images_per_s_max": round(max(rates), 1),
+            "cpu_s_per_image": round(statistics.median(w.cpu_s / w.images for w in self.windows), 6),
+            "peak_rss_bytes": max(w.peak_rss_bytes for w in self.windows),
+            "windows": len(self.windows),
+        }
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``stave bench data``."""
+    parser.add_argument("--images", type=int, default=3000, help="JPEGs to generate (default 3000)")
+    parser.add_argument("--classes", type=int, default=100, help="class folders (default 100)")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--size", type=int, default=224, help="output side (RandomResizedCrop size)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per contender (default 3)")
+    parser.add_argument("--max-workers", type=int, default=4, help="largest DataLoader num_workers searched (default 4)")
+    parser.add_argument("--workdir", type=Path, default=Path.home() / ".cache" / "stave" / "bench-data", help="where images and packs are cached")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--quick", action="store_true", help="a tiny run (seconds) to check the harness, not to quote")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _prepare(args: argparse.Namespace, err: Console) -> dict[str, Any]:
+    from stave.data.synth import make_image_folder
+    from stave.data.writer import pack
+
+    long_side = 250 if args.quick else 500
+    tag = f"n{args.images}-c{args.classes}-s{args.seed}-l{long_side}"
+    root = args.workdir / tag
+    folder = root / "jpeg"
+    if not (root / "jpeg.done").exists():
+        err.print(f"generating {args.images} JPEGs in {folder} ...")
+        make_image_folder(folder, args.images, args.classes, seed=args.seed, long_side=long_side, overwrite=True)
+        (root / "jpeg.done").write_text("ok\n")
+    files = sorted(folder.rglob("*.jpg"))
+    labels = np.array([int(f.parent.name.split("_")[1]) for f in files])
+    packs = {}
+    for name, opts in (("full", {}), ("max256", {"max_side": MAX_SIDE_PX})):
+        dst = root / f"packed-{name}"
+        if not (dst / "manifest.json").exists():
+            err.print(f"stave pack {folder} {dst} {'--max-side 256' if opts else ''}")
+            pack(folder, dst, overwrite=True, **opts)
+        packs[name] = dst
+    small = root / "jpeg32"
+    if not (root / "jpeg32.done").exists():
+        for f, label in zip(files, labels):
+            out = small / f.parent.name / f.name
+            out.parent.mkdir(parents=True, exist_ok=True)
+            from PIL import Image
+
+            with Image.open(f) as im:
+                side = min(im.size)
+                box = ((im.size[0] - side) // 2, (im.size[1] - side) // 2)
+                im.crop((*box, box[0] + side, box[1] + side)).resize((RAW_SIDE_PX, RAW_SIDE_PX), Image.Resampling.LANCZOS).save(out, quality=90)
+        (root / "jpeg32.done").write_text("ok\n")
+    raw = root / "packed-raw32"
+    if not (raw / "manifest.json").exists():
+        err.print(f"stave pack {small} {raw} --raw")
+        pack(small, raw, raw=True, overwrite=True)
+    stores = bp.write_stores(files, labels, root)
+    mean_bytes = float(np.mean([f.stat().st_size for f in files]))
+    return {"folder": folder, "small": small, "files": files, "labels": labels, "packs": packs, "raw": raw, "stores": stores, "mean_file_bytes": mean_bytes}
+
+
+def _stave_pipeline(name: str, path: Path, args: argparse.Namespace, train: bool = True, size: int | None = None) -> bp.Pipeline:
+    from stave.data.loader import ImageLoader
+
+    def opener() -> Any:
+        loader = ImageLoader(path, args.batch_size, train=train, size=size or args.size, workers="auto", device="cpu", seed=args.seed)
+        return bp._EpochLoop(loader)
+
+    return bp.Pipeline(name, "threads=auto", opener, lambda handle: handle.close())
+
+
+def _search(data: dict[str, Any], args: argparse.Namespace, err: Console, timed: int) -> list[dict[str, Any]]:
+    from torchvision.datasets import ImageFolder
+
+    dataset = ImageFolder(str(data["folder"]), transform=bp.torchvision_transform(args.size, train=True))
+    configs = bp.search_space(args.max_workers) if not args.quick else [bp.LoaderConfig(0), bp.LoaderConfig(2, True, 2)]
+    results = []
+    for cfg in configs:
+        window = bp.measure_window(bp.dataloader_pipeline("torchvision", dataset, cfg, args.batch_size), 1, timed)
+        err.print(f"  search {cfg.label}: {window.images_per_s:.0f} images/s")
+        results.append({"config": cfg, "images_per_s": window.images_per_s, "cpu_s_per_image": window.cpu_s / window.images, "peak_rss_bytes": window.peak_rss_bytes})
+    return results
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the data benchmark; results table on stdout, progress on stderr."""
+    if args.quick:
+        args.images, args.classes, args.batch_size, args.size, args.rounds = min(args.images, 192), 4, 32, 96, 1
+    if args.images < args.batch_size * 2:
+        raise UsageError(f"--images must be at least two batches ({2 * args.batch_size})")
+    check_writable(args.json, "--json")
+    err = Console(stderr=True)
+    data = _prepare(args, err)
+    timed = len(data["files"]) // args.batch_size  # one epoch per window: one epoch boundary inside
+    from torchvision.datasets import ImageFolder
+
+    err.print("searching torchvision ImageFolder + PIL configurations ...")
+    search = _search(data, args, err, timed)
+    best = max(search, key=lambda r: r["images_per_s"])["config"]
+    err.print(f"best baseline: {best.label}")
+    size = args.size
+    tv = lambda train, uint8=False, root=None, s=size: ImageFolder(str(root or data["folder"]), transform=bp.torchvision_transform(s, train, uint8))  # noqa: E731
+    contenders = [
+        Contender("baseline", bp.dataloader_pipeline("(1) torchvision ImageFolder+PIL, ToTensor+Normalize", tv(True), best, args.batch_size)),
+        Contender("pil_to_tensor", bp.dataloader_pipeline("(2) same with PILToTensor (uint8), normalize in main", tv(True, True), best, args.batch_size, uint8=True)),
+    ]
+    for kind, path in data["stores"].items():
+        store = bp._EncodedStore(kind, path, data["labels"], bp.torchvision_transform(size, True))
+        contenders.append(Contender(kind, bp.dataloader_pipeline(f"(3) JPEG bytes in {kind.upper()}, PIL decode", store, best, args.batch_size)))
+    contenders += [
+        Contender("stave", _stave_pipeline("(4) stave pack + ImageLoader", data["packs"]["full"], args)),
+        Contender("stave_processes", bp.dataloader_pipeline("(5) stave crop-aware decode in DataLoader processes", bp._CropDecodeDataset(data["packs"]["full"], size, args.seed), best, args.batch_size, uint8=True)),
+        Contender("stave_max256", _stave_pipeline("(6) stave pack --max-side 256 + ImageLoader", data["packs"]["max256"], args)),
+        Contender("baseline_eval", bp.dataloader_pipeline("(7) torchvision eval: Resize+CenterCrop", tv(False), best, args.batch_size)),
+        Contender("stave_eval", _stave_pipeline("(8) stave ImageLoader eval", data["packs"]["full"], args, train=False)),
+        Contender("baseline_32", bp.dataloader_pipeline("(9) torchvision 32x32 JPEG ImageFolder", tv(True, root=data["small"], s=RAW_SIDE_PX), best, args.batch_size)),
+        Contender("stave_raw32", _stave_pipeline("(10) stave pack --raw 32x32 + ImageLoader", data["raw"], args, size=RAW_SIDE_PX)),
+    ]
+    from stave.data.decode import available_backends
+
+    ceilings = [Contender(f"ceiling_{b}", bp.decode_ceiling_pipeline(data["files"], b, args.batch_size)) for b in available_backends()]
+    everyone = contenders + ceilings
+    for round_number in range(args.rounds):
+        for contender in everyone:
+            err.print(f"round {round_number + 1}/{args.rounds}: {contender.pipeline.name}")
+            contender.windows.append(bp.measure_window(contender.pipeline, 1, timed))
+    report = _report(args, data, search, best, contenders, ceilings)
+    _render(report, Console())
+    if args.json:
+        atomic_write_json(args.json, report)
+    return 0
+
+
+def _ratio(a: Contender, b: Contender, scale: float = 1.0) -> dict[str, float]:
+    per_round = [wa.images_per_s / (wb.images_per_s * scale) for wa, wb in zip(a.windows, b.windows)]
+    return {"median": round(statistics.median(per_round), 3), "min": round(min(per_round), 3), "max": round(max(per_round), 3)}
+
+
+def _report(args: argparse.Namespace, data: dict[str, Any], search: list[dict[str, Any]], best: bp.LoaderConfig, contenders: list[Contender], ceilings: list[Contender]) -> dict[str, Any]:
+    by_key = {c.key: c for c in contenders}
+    cores = usable_cores()
+    fastest = max(ceilings, key=lambda c: c.rate())
+    # The ceiling is per-core single-thread rate times the cores the pipelines may use; the
+    # per-round ratio divides by that round's ceiling window.
+    goals = {
+        "stave_vs_baseline": {**_ratio(by_key["stave"], by_key["baseline"]), "goal": GOAL_VS_BASELINE},
+        "stave_vs_ceiling": {**_ratio(by_key["stave"], fastest, cores), "goal": GOAL_VS_CEILING},
+        "stave_max256_vs_baseline": {**_ratio(by_key["stave_max256"], by_key["baseline"]), "goal": GOAL_MAX_SIDE_VS_BASELINE},
+        "stave_threads_vs_processes": _ratio(by_key["stave"], by_key["stave_processes"]),
+        "stave_eval_vs_baseline_eval": _ratio(by_key["stave_eval"], by_key["baseline_eval"]),
+        "stave_raw32_vs_baseline_32": _ratio(by_key["stave_raw32"], by_key["baseline_32"]),
+    }
+    for goal in goals.values():
+        if "goal" in goal:
+            goal["met"] = goal["median"] >= goal["goal"]
+    return {
+        "schema": SCHEMA,
+        "machine": {"cpu": cpu_model_name(), "cores": cores, "torch_threads": torch.get_num_threads()},
+        "workload": {"images": len(data["files"]), "mean_file_bytes": round(data["mean_file_bytes"]), "batch_size": args.batch_size, "size": args.size, "rounds": args.rounds, "quick": bool(args.quick)},
+        "decode_ceiling": {"binding": fastest.key.removeprefix("ceiling_"), "images_per_s_per_core": round(fastest.rate(), 1), "cores": cores, "images_per_s": round(fastest.rate() * cores, 1), "bindings": [c.summary() for c in ceilings]},
+        "baseline_search": [{"config": r["config"].label, "images_per_s": round(r["images_per_s"], 1), "cpu_s_per_image": round(r["cpu_s_per_image"], 6), "peak_rss_bytes": r["peak_rss_bytes"]} for r in search],
+        "baseline_best": best.label,
+        "results": [c.summary() for c in contenders],
+        "goals": goals,
+    }
+
+
+def _render(report: dict[str, Any], console: Console) -> None:
+    base = next(r for r in report["results"] if r["key"] == "baseline")["images_per_s"]
+    table = Table(title=f"stave bench data: {report['workload']['images']} JPEGs, batch {report['workload']['batch_size']}, {report['machine']['cores']} cores")
+    for column in ("pipeline", "config", "images/s", "spread", "x (1)", "CPU-s/img", "peak RSS MB"):
+        table.add_column(column, justify="left" if column in ("pipeline", "config") else "right")
+    for r in report["results"]:
+        table.add_row(r["pipeline"], r["config"], f"{r['images_per_s']:.0f}", f"{r['images_per_s_min']:.0f}-{r['images_per_s_max']:.0f}", f"{r['images_per_s'] / base:.2f}", f"{r['cpu_s_per_image'] * 1e3:.2f} ms", f"{r['peak_rss_bytes'] / 2**20:.0f}")
+    ceiling = report["decode_ceiling"]
+    table.add_row(f"decode ceiling ({ceiling['binding']}, 1 thread x {ceiling['cores']} cores)", "full decode", f"{ceiling['images_per_s']:.0f}", "", f"{ceiling['images_per_s'] / base:.2f}", "", "")
+    console.print(table)
+    search = Table(title="baseline search: torchvision ImageFolder + PIL (one window each)")
+    search.add_column("config")
+    search.add_column("images/s", justify="right")
+    for r in report["baseline_search"]:
+        search.add_row(r["config"], f"{r['images_per_s']:.0f}")
+    console.print(search)
+    for name, goal in report["goals"].items():
+        status = "" if "goal" not in goal else f" (goal >= {goal['goal']}: {'met' if goal['met'] else 'NOT met'})"
+        console.print(f"{name}: {goal['median']:.2f} [{goal['min']:.2f}-{goal['max']:.2f}]{status}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m stave.data.benchmark``: the same as ``stave bench data``."""
+    from stave.cli import configure_logging
+    from stave.errors import StaveError
+
+    parser = argparse.ArgumentParser(prog="python -m stave.data.benchmark", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    configure_logging(0)
+    try:
+        return run(args)
+    except StaveError as exc:
+        print(f"stave: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,349 @@
+"""Rules over the records of a multi-process run (one RunRecord per rank).
+
+NO_DISTRIBUTED_SAMPLER, FIND_UNUSED_PARAMETERS, GRAD_ACCUM_NO_SYNC, RANK_FAILED and COMM_EXPOSED
+read the records ("records" kind). The per-rank timing rules RANK_STRAGGLER and RANK_IMBALANCE
+("ranks" kind) live in ranks.py, shared with ``stave trace``. Each page docs/findings/<ID>.md
+states its rule's mechanism and estimate.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Sequence
+
+from stave.diagnose.engine import rule
+from stave.diagnose.finding import Finding, severity_for_speedup
+from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, tidy
+from stave.dist.sampling import sample_overlaps
+from stave.dist.timing import rank_status
+from stave.measure.record import RunRecord
+
+# Shared indices beyond DistributedSampler's padding must reach this count before they count as
+# overlap: a handful could come from a custom sampler's own edge cases, dozens cannot.
+MIN_SHARED_INDICES = 8
+# Ranks together covering the dataset 1.5 times per epoch or more read it more than once: a
+# sharded sampler covers it once (plus at most world_size - 1 padded samples), an unsharded one
+# world_size >= 2 times.
+UNSHARDED_COVERAGE = 1.5
+# A step must do at least this many backward passes to count as gradient accumulation.
+ACCUM_MIN_BACKWARDS = 2
+# Accumulation without no_sync is reported when most accumulating steps synchronize more than
+# once: a majority, so one odd step (an epoch's tail) decides nothing.
+ACCUM_STEP_SHARE = 0.5
+# The last-arriving rank waits only for the transfer itself; a tenth of its step spent so is worth
+# a change of bucket layout or compression.
+COMM_MIN_SHARE = 0.10
+# Gradient compression to 16 bits halves the bytes each all-reduce moves, so at best halves its time.
+COMPRESSION_SAVING = 0.5
+# The exposed transfer is read at this quantile of the steps: every step pays the transfer, so a low
+# quantile still holds it, while steps where a peer was descheduled fall above.
+EXPOSED_QUANTILE = 0.25
+
+
+def _finding(fid: str, est: float, title: str, evidence: dict[str, Any], fix: str, explanation: str,
+             rank: int | None = None, severity: str | None = None) -> Finding:
+    est = round(max(1.0, float(est)), 3)
+    return Finding(id=fid, severity=severity or severity_for_speedup(est), est_speedup=est, title=title,
+                   evidence=tidy(evidence), fix=fix.strip("\n"), explanation=explanation, rank=rank)
+
+
+def _speedup(step_s: float, saved_s: float) -> float:
+    if step_s <= 0:
+        return 1.0
+    return step_s / max(step_s - max(saved_s, 0.0), step_s * 1e-3)
+
+
+def _ok(records: Sequence[RunRecord]) -> list[RunRecord]:
+    return [r for r in records if rank_status(r) == "ok" and r.counted_steps()]
+
+
+def _median_step_s(records: Sequence[RunRecord]) -> float:
+    per_rank = [statistics.median(s.duration_ns for s in r.counted_steps()) / 1e9 for r in records]
+    return statistics.median(per_rank) if per_rank else 0.0
+
+
+# --- NO_DISTRIBUTED_SAMPLER ----------------------------------------------------------------------
+
+
+@rule("NO_DISTRIBUTED_SAMPLER", kind="records")
+def no_distributed_sampler(records: list[RunRecord]) -> Finding | None:
+    """The ranks' loaders draw from the same pool of samples instead of disjoint shards."""
+    for ov in sample_overlaps(records):
+        excess = ov.shared_indices - ov.padding_allowance
+        overlapping = excess >= MIN_SHARED_INDICES
+        covers_many = ov.coverage is not None and ov.coverage >= UNSHARDED_COVERAGE
+        if not (overlapping or covers_many):
+            continue
+        world = max(r.run.world_size for r in records)
+        identical = ov.unique_fraction <= 1.0 / len(ov.ranks) + 1e-9
+        est = ov.coverage if ov.coverage is not None else 1.0 / ov.unique_fraction
+        est = min(max(est, 1.0), float(world))
+        how = ("identical on every rank" if identical
+               else f"{ov.shared_indices} of the first {ov.indices_per_rank} indices per rank shared" if overlapping
+               else f"each rank's epoch covers the dataset ({ov.coverage:.2f}x together)")
+        return _finding(
+            "NO_DISTRIBUTED_SAMPLER",
+            est,
+            f"Every rank reads the same samples (loader {ov.loader_id}: {how}); an epoch does the work "
+            f"{est:.1f}x over",
+            {
+                "loader_id": ov.loader_id,
+                "dataset_type": ov.dataset_type,
+                "sampler_type": ov.sampler_type,
+                "dataset_len": ov.dataset_len,
+                "ranks_compared": ov.ranks,
+                "indices_per_rank": ov.indices_per_rank,
+                "shared_indices": ov.shared_indices,
+                "padding_allowance": ov.padding_allowance,
+                "unique_fraction": ov.unique_fraction,
+                "epoch_samples_by_rank": ov.epoch_samples,
+                "coverage_per_epoch": ov.coverage,
+                "world_size": world,
+            },
+            """
+from torch.utils.data.distributed import DistributedSampler
+
+sampler = DistributedSampler(dataset, shuffle=True)          # one disjoint shard per rank
+loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)  # no shuffle= here
+for epoch in range(epochs):
+    sampler.set_epoch(epoch)                                  # a new shuffle every epoch
+    for batch in loader:
+        ...
+""",
+            "Shards of a sharded sampler are disjoint, so the ranks' index streams can share at most the "
+            "few indices DistributedSampler pads with; these share more, or each rank's epoch is the "
+            "whole dataset. Each rank then computes gradients on samples the others also see. Estimate: "
+            "epoch time over the sharded epoch time (the ranks' epoch sizes over len(dataset), or the "
+            "duplication seen in the index streams).",
+        )
+    return None
+
+
+# --- FIND_UNUSED_PARAMETERS -----------------------------------------------------------------------
+
+
+@rule("FIND_UNUSED_PARAMETERS", kind="records")
+def find_unused_parameters(records: list[RunRecord]) -> Finding | None:
+    """DDP searches the autograd graph for unused parameters after every forward."""
+    ok = [r for r in _ok(records) if r.dist.find_unused_parameters and not r.dist.static_graph]
+    if not ok:
+        return None
+    search_s = []
+    for r in ok:
+        counted = r.counted_steps()
+        by_step = r.dist.find_unused_ns_by_step
+        search_s.append(sum(by_step[s.index] for s in counted if s.index < len(by_step)) / len(counted) / 1e9)
+    saved = statistics.median(search_s)
+    T = _median_step_s(ok)
+    est = _speedup(T, saved)
+    unused = [r.dist.unused_params for r in ok if r.dist.unused_params is not None]
+    none_unused = bool(unused) and max(unused) == 0
+    if est < REPORT_MIN_SPEEDUP and not none_unused:
+        return None
+    if none_unused:
+        title = (f"find_unused_parameters=True costs {saved * 1e3:.2f} ms per step and no parameter is unused")
+        fix = "model = DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=False)"
+    else:
+        title = (f"find_unused_parameters=True searches the graph every step ({saved * 1e3:.2f} ms); "
+                 f"{max(unused) if unused else 'some'} parameters go unused")
+        fix = """
+# the same parameters go unused every step: let DDP learn the graph once
+model = DistributedDataParallel(model, device_ids=device_ids, static_graph=True)
+# (or remove the unused branch, or freeze it: p.requires_grad_(False))
+"""
+    return _finding(
+        "FIND_UNUSED_PARAMETERS",
+        est,
+        title,
+        {
+            "search_s_per_step": saved,
+            "search_s_per_step_by_rank": {str(r.run.rank): s for r, s in zip(ok, search_s)},
+            "step_time_s": T,
+            "unused_params": max(unused) if unused else None,
+            "ddp_params": ok[0].dist.ddp_params,
+        },
+        fix,
+        "With find_unused_parameters=True, DDP walks the autograd graph from the outputs after every "
+        "forward to mark parameters that will get no gradient. Estimate: T / (T - the measured search "
+        "time per step).",
+        severity=None if est >= REPORT_MIN_SPEEDUP else "info",
+    )
+
+
+# --- GRAD_ACCUM_NO_SYNC ---------------------------------------------------------------------------
+
+
+@rule("GRAD_ACCUM_NO_SYNC", kind="records")
+def grad_accum_no_sync(records: list[RunRecord]) -> Finding | None:
+    """Gradient accumulation that all-reduces after every micro-batch instead of once per step."""
+    ok = [r for r in _ok(records) if r.dist.comm_hook is not None]
+    saved_by_rank: dict[int, float] = {}
+    rounds_seen: list[float] = []
+    backwards_seen: list[float] = []
+    for r in ok:
+        by_step = r.dist.rounds_by_step
+        accum = [s for s in r.counted_steps() if s.backward_calls >= ACCUM_MIN_BACKWARDS]
+        if not accum:
+            continue
+        synced = [s for s in accum if s.index < len(by_step) and by_step[s.index] >= 2]
+        if len(synced) < ACCUM_STEP_SHARE * len(accum) or not synced:
+            continue
+        saved = 0.0
+        for s in synced:
+            rounds = by_step[s.index]
+            saved += s.comm_wait_ns / 1e9 * (rounds - 1) / rounds
+        saved_by_rank[r.run.rank] = saved / len(r.counted_steps())
+        rounds_seen.append(statistics.mean(by_step[s.index] for s in synced))
+        backwards_seen.append(statistics.mean(s.backward_calls for s in synced))
+    if not saved_by_rank:
+        return None
+    # The last-arriving rank's wait is the transfer alone: the part no_sync removes for sure.
+    saved = min(saved_by_rank.values())
+    T = _median_step_s(ok)
+    est = _speedup(T, saved)
+    return _finding(
+        "GRAD_ACCUM_NO_SYNC",
+        est,
+        f"Gradient accumulation all-reduces after every micro-batch ({statistics.median(rounds_seen):.0f} "
+        f"synchronizations per optimizer step); only the last one is needed",
+        {
+            "syncs_per_step": statistics.median(rounds_seen),
+            "backward_passes_per_step": statistics.median(backwards_seen),
+            "saved_s_per_step_by_rank": {str(k): v for k, v in saved_by_rank.items()},
+            "saved_s_per_step": saved,
+            "step_time_s": T,
+        },
+        """
+for i, (x, y) in enumerate(loader):
+    last = (i + 1) % accum_steps == 0
+    with contextlib.nullcontext() if last else model.no_sync():   # skip the all-reduce
+        loss = criterion(model(x), y) / accum_steps
+        loss.backward()
+    if last:
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+""",
+        "DDP all-reduces the gradients at the end of every backward pass; inside model.no_sync() it only "
+        "accumulates them locally, and the next synchronized backward reduces the sum. Estimate: "
+        "T / (T - the collective wait of all but one synchronization per step), using the rank that "
+        "waited least (its wait is the transfer, not another rank's lateness).",
+    )
+
+
+# --- RANK_FAILED ----------------------------------------------------------------------------------
+
+
+@rule("RANK_FAILED", kind="records")
+def rank_failed(records: list[RunRecord]) -> Finding | None:
+    """A rank crashed, was killed, or left no record."""
+    world = max(max(r.run.world_size, r.dist.world_size) for r in records)
+    present = {r.run.rank for r in records}
+    missing = [k for k in range(world) if k not in present]
+    failed = [r for r in records if rank_status(r) in ("crashed", "killed", "interrupted")]
+    if not failed and not missing:
+        return None
+    order = {"killed": 0, "crashed": 1, "interrupted": 2}
+    failed.sort(key=lambda r: (order[rank_status(r)], r.run.rank))
+    causes = [r for r in failed if rank_status(r) != "interrupted"]
+    first = causes[0] if causes else (failed[0] if failed else None)
+    detail = {}
+    for r in failed:
+        rss = [h.rss_bytes for h in r.host if h.rss_bytes is not None]
+        detail[str(r.run.rank)] = {
+            "status": rank_status(r),
+            "hostname": r.run.hostname,
+            "pid": r.run.pid,
+            "steps_measured": len(r.steps),
+            "last_step_time_s": r.steps[-1].duration_ns / 1e9 if r.steps else None,
+            "peak_rss_bytes": max(rss) if rss else None,
+            "error": r.run.error,
+        }
+    if first is not None:
+        title = (f"Rank {first.run.rank} {rank_status(first)} after {len(first.steps)} steps"
+                 + (f" on {first.run.hostname}" if first.run.hostname else ""))
+        others = [r for r in failed if r is not first]
+        if others:
+            title += "; then " + ", ".join(f"rank {r.run.rank} {rank_status(r)}" for r in others)
+    else:
+        title = f"Rank(s) {', '.join(map(str, missing))} left no record"
+    if missing and first is not None:
+        title += f"; rank(s) {', '.join(map(str, missing))} left no record"
+    return _finding(
+        "RANK_FAILED",
+        1.0,
+        title,
+        {"failed_ranks": detail, "missing_ranks": missing, "world_size": world},
+        """
+# a killed rank: look for the kernel's OOM killer on its node
+dmesg -T | grep -i -E "killed process|out of memory"
+# a crashed rank: its traceback is in the launcher's output (prefix [rank N]); torchrun can
+# restart the group from your last checkpoint:
+torchrun --max-restarts=3 --nproc-per-node=N train.py
+""",
+        "One failed rank stops the job: the others fail in their next collective or are stopped by the "
+        "launcher. The report keeps what each rank measured before it ended; a killed rank's numbers "
+        "are from its last periodic record.",
+        rank=first.run.rank if first is not None else (missing[0] if missing else None),
+        severity="critical",
+    )
+
+
+# --- COMM_EXPOSED ---------------------------------------------------------------------------------
+
+
+def exposed_comm_s(records: Sequence[RunRecord]) -> list[float]:
+    """Per step counted on every rank, the smallest collective wait of any rank (seconds).
+
+    DDP keeps the ranks in lockstep, so step i is the same all-reduce on every rank; the rank that
+    arrived last at it waited for no one, so its wait is the transfer backward did not hide (plus
+    any moment its peers were descheduled).
+    """
+    per_rank = [{s.index: s.comm_wait_ns for s in r.counted_steps()} for r in records]
+    common = set(per_rank[0]).intersection(*per_rank[1:]) if per_rank else set()
+    return [min(waits[i] for waits in per_rank) / 1e9 for i in sorted(common)]
+
+
+@rule("COMM_EXPOSED", kind="records")
+def comm_exposed(records: list[RunRecord]) -> Finding | None:
+    """Even the last rank to arrive waits long for the gradient all-reduce: the transfer is the cost."""
+    ok = [r for r in _ok(records) if r.dist.comm_hook is not None]
+    if len(ok) < 2:
+        return None
+    exposed = sorted(exposed_comm_s(ok))
+    if not exposed:
+        return None
+    # A low quantile, not the mean: the transfer is a floor every step pays, while a peer that the
+    # OS descheduled adds to some steps only, and compression would not remove that.
+    floor_s = exposed[int(len(exposed) * EXPOSED_QUANTILE)]
+    T = _median_step_s(ok)
+    share = floor_s / T if T > 0 else 0.0
+    if share < COMM_MIN_SHARE:
+        return None
+    est = _speedup(T, floor_s * COMPRESSION_SAVING)
+    if est < REPORT_MIN_SPEEDUP:
+        return None
+    return _finding(
+        "COMM_EXPOSED",
+        est,
+        f"The gradient all-reduce itself takes {share:.0%} of the step: even the last rank to arrive waits "
+        f"{floor_s * 1e3:.1f} ms per step after its backward",
+        {
+            "exposed_comm_s_per_step": floor_s,
+            "exposed_share": share,
+            "exposed_quantile": EXPOSED_QUANTILE,
+            "steps_compared": len(exposed),
+            "step_time_s": T,
+            "comm_bytes_per_step": statistics.median(
+                r.dist.comm_bytes / max(1, sum(r.dist.rounds_by_step)) for r in ok),
+        },
+        """
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+# send 16-bit gradients (bf16_compress_hook on NCCL): half the bytes per all-reduce
+model.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
+# and/or fewer, larger syncs: a bigger per-rank batch, or accumulate with model.no_sync()
+model = DistributedDataParallel(module, gradient_as_bucket_view=True, bucket_cap_mb=50)
+""",
+        "Per step, the rank that arrived last at the all-reduce waited for no one: its wait after "
+        "backward is the transfer that backward's compute did not hide. Estimate: T / (T - half that "
+        "wait), the saving of 16-bit gradient compression.",
+    )

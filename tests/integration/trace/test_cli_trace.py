@@ -1,0 +1,128 @@
+"""``stave trace`` end to end in a subprocess: reports, schema, exit codes, clear errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+FIXTURES = REPO.parent / "shared" / "fixtures" / "traces"
+CONTROL = FIXTURES / "trace_diff__control__control.json.gz"
+SMALL = FIXTURES / "critical_path__cuda_event_sync__event_sync_trace.json.gz"
+
+needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared fixtures not checked out beside the repo")
+
+
+def stave(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "stave", "trace", *args], capture_output=True, text=True,
+                          env=env, timeout=240)
+
+
+def cpu_trace(path: Path, name: str = '<script>alert(1)</script>') -> Path:
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
+         "ts": i * 1000, "dur": 1000} for i in range(3)
+    ] + [
+        {"ph": "X", "cat": "user_annotation", "name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+         "pid": 1, "tid": 1, "ts": i * 1000, "dur": 600} for i in range(3)
+    ] + [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": i * 1000 + 650, "dur": 300}
+         for i in range(3)]
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+@needs_fixtures
+def test_gpu_trace_reports(tmp_path: Path, stave_env: dict[str, str]) -> None:
+    out_json = tmp_path / "r.json"
+    out_html = tmp_path / "r.html"
+    r = stave(str(CONTROL), "--json", str(out_json), "--html", str(out_html), env=stave_env)
+    assert r.returncode == 0, r.stderr
+    assert "Step time, additive breakdown" in r.stdout and "Top kernels" in r.stdout
+    assert "COMM_EXPOSED" in r.stdout
+    report = json.loads(out_json.read_text())
+    from stave.report.schemas import schema_errors
+
+    assert schema_errors(report, "stave.trace/1") == []
+    assert report["traces"][0]["rank"] == 3 and len(report["steps"]) == 6
+    html = out_html.read_text()
+    assert "<svg" in html and not re.search(r"(src|href)=[\"']?https?:", html)
+
+
+def test_cpu_trace_html_escapes_names(tmp_path: Path, stave_env: dict[str, str]) -> None:
+    trace = cpu_trace(tmp_path / "cpu.json")
+    out_html = tmp_path / "r.html"
+    r = stave(str(trace), "--html", str(out_html), "--fail-on", "warning", env=stave_env)
+    # 60% of each step waiting for data: DATA_WAIT, critical, so --fail-on warning exits 1.
+    assert r.returncode == 1, r.stderr
+    assert "DATA_WAIT" in r.stdout and "stave doctor" in r.stdout
+    html = out_html.read_text()
+    assert "<script>alert(1)</script>" not in html and "&lt;script&gt;" in html
+
+
+@pytest.mark.parametrize(
+    "content,expect",
+    [
+        (b"", "empty"),
+        (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2}, {"ph": "X", "na', "truncated"),
+        (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2}, {"ph": @}]}', "malformed JSON"),
+    ],
+)
+def test_bad_file_exit_2_one_line(tmp_path: Path, stave_env: dict[str, str], content: bytes, expect: str) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    r = stave(str(bad), env=stave_env)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(bad) in lines[0] and expect in lines[0]
+    assert "Traceback" not in r.stderr
+
+
+def test_truncated_gzip_exit_2(tmp_path: Path, stave_env: dict[str, str]) -> None:
+    good = cpu_trace(tmp_path / "c.json").read_bytes()
+    data = gzip.compress(good)
+    bad = tmp_path / "cut.json.gz"
+    bad.write_bytes(data[: len(data) // 2])
+    r = stave(str(bad), env=stave_env)
+    assert r.returncode == 2 and str(bad) in r.stderr and "gzip" in r.stderr
+
+
+def test_directory_with_one_bad_file(tmp_path: Path, stave_env: dict[str, str]) -> None:
+    d = tmp_path / "traces"
+    d.mkdir()
+    cpu_trace(d / "rank0.json")
+    cpu_trace(d / "rank1.json")
+    (d / "rank2.json").write_text('{"traceEvents": [{"ph": "X", "ts": 1')
+    (d / "notes.txt").write_text("not a trace")
+    out_json = tmp_path / "r.json"
+    r = stave(str(d), "--json", str(out_json), env=stave_env)
+    assert r.returncode == 0, r.stderr
+    assert "skipped" in r.stderr and "rank2.json" in r.stderr
+    report = json.loads(out_json.read_text())
+    assert [t["rank"] for t in report["traces"]] == [0, 1]
+    assert [Path(s["path"]).name for s in report["skipped"]] == ["rank2.json"]
+
+
+def test_usage_errors(tmp_path: Path, stave_env: dict[str, str]) -> None:
+    r = stave(str(tmp_path / "missing.json"), env=stave_env)
+    assert r.returncode == 2 and "no such file" in r.stderr
+    empty = tmp_path / "empty_dir"
+    empty.mkdir()
+    r = stave(str(empty), env=stave_env)
+    assert r.returncode == 2 and "no trace files" in r.stderr
+    trace = cpu_trace(tmp_path / "c.json")
+    r = stave(str(trace), "--json", str(tmp_path), env=stave_env)
+    assert r.returncode == 2 and "directory" in r.stderr
+
+
+@needs_fixtures
+def test_quiet_json_only(tmp_path: Path, stave_env: dict[str, str]) -> None:
+    out_json = tmp_path / "r.json"
+    r = stave(str(SMALL), "--quiet", "--json", str(out_json), env=stave_env)
+    assert r.returncode == 0 and r.stdout == ""
+    assert json.loads(out_json.read_text())["schema"] == "stave.trace/1"

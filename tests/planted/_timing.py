@@ -1,0 +1,64 @@
+"""Step timing for plain runs of the planted scripts (what ``stave.bench.doctor_estimates`` compares).
+
+Plain PyTorch has no notion of "a step's time", so each planted script calls :meth:`StepTimer.step`
+right after ``optimizer.step()``: a step then spans from the end of one optimizer step to the end
+of the next, as the doctor measures it. The last line the script prints is one JSON object,
+prefixed with ``PLANTED-TIMING``, with the median and mean step time over the steps after warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+TIMING_PREFIX = "PLANTED-TIMING "
+
+
+def planted_args(description: str, steps: int = 60, **extra: int) -> argparse.Namespace:
+    """The options every planted script takes: --fixed, --steps, --warmup (plus ``extra`` ints)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--fixed", action="store_true", help="apply the fix the doctor should suggest")
+    parser.add_argument("--steps", type=int, default=steps, help="optimizer steps to run, then stop")
+    parser.add_argument("--warmup", type=int, default=5, help="steps left out of the printed timing")
+    for name, default in extra.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=default)
+    return parser.parse_args()
+
+
+class StepTimer:
+    """Durations of optimizer steps after ``warmup`` of them; ``done`` once ``steps`` were taken."""
+
+    def __init__(self, steps: int, warmup: int) -> None:
+        self.steps = steps
+        self.warmup = warmup
+        self.taken = 0
+        self.samples = 0
+        self.durations: list[float] = []
+        self._last = time.perf_counter()
+
+    def step(self, samples: int) -> None:
+        """Call right after ``optimizer.step()``; ``samples`` is the batch's sample count."""
+        now = time.perf_counter()
+        if self.taken >= self.warmup:
+            self.durations.append(now - self._last)
+            self.samples += samples
+        self._last = now
+        self.taken += 1
+
+    @property
+    def done(self) -> bool:
+        """True once the requested number of steps has run."""
+        return self.taken >= self.steps
+
+    def report(self) -> None:
+        """Print the timing line (stdout, last line of the run)."""
+        total = sum(self.durations)
+        out = {
+            "steps": len(self.durations),
+            "median_step_s": statistics.median(self.durations) if self.durations else None,
+            "mean_step_s": total / len(self.durations) if self.durations else None,
+            "samples_per_s": self.samples / total if total > 0 else None,
+        }
+        print(TIMING_PREFIX + json.dumps(out), flush=True)

@@ -1,0 +1,158 @@
+"""Crop-aware decode: agreement with Pillow, reduced-scale rules, the row cut, hostile headers."""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import IMAGES, big_photo_jpeg, jpeg_bytes, photo
+from stave.data import decode as dec
+from stave.data.crop import center_crop_boxes, random_resized_crop_boxes
+from stave.data.jpeg import read_jpeg_info, with_frame_height
+from stave.errors import FormatError
+
+# The issue's tolerances: mean absolute difference at full scale, PSNR for reduced-scale decodes.
+MAX_MAD_FULL = 2.0
+MIN_PSNR_DB = 30.0
+
+
+def pillow_reference(data: bytes, box: dec.CropBox, size: int) -> np.ndarray:
+    """Pillow full decode + crop + antialiased bilinear resize (what torchvision does on PIL images)."""
+    image = Image.open(io.BytesIO(data)).convert("RGB")
+    out = image.resize((size, size), Image.Resampling.BILINEAR, box=(box.x, box.y, box.x + box.w, box.y + box.h))
+    return np.asarray(out).astype(np.float64)
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return dec.get_backend()
+
+
+@pytest.mark.parametrize("name", ["chelsea_240x160.jpg", "rocket_restart_160x107.jpg", "astronaut_444_128x128.jpg", "camera_gray_128x128.jpg", "coffee_progressive_180x120.jpg"])
+def test_full_scale_crops_match_pillow(name: str, backend) -> None:
+    data = (IMAGES / name).read_bytes()
+    info = read_jpeg_info(data)
+    rng = np.random.default_rng(1)
+    boxes = random_resized_crop_boxes(np.full(12, info.width), np.full(12, info.height), rng)
+    for x, y, w, h in boxes:
+        box = dec.CropBox(float(x), float(y), float(w), float(h))
+        out, how = dec.decode_jpeg_crop(data, box, 64, 64, backend, allow_reduced=False)
+        assert how.scale_denom == 1
+        mad = np.abs(out.numpy().astype(np.float64) - pillow_reference(data, box, 64)).mean()
+        assert mad <= MAX_MAD_FULL, (name, (x, y, w, h), mad)
+
+
+def test_reduced_scale_decode_is_used_and_close_to_pillow(backend) -> None:
+    data = big_photo_jpeg(960, 640)
+    boxes = center_crop_boxes(np.array([960]), np.array([640]), 64)
+    box = dec.CropBox(*map(float, boxes[0]))
+    out, how = dec.decode_jpeg_crop(data, box, 64, 64, backend)
+    assert how.scale_denom > 1
+    assert psnr(out.numpy(), pillow_reference(data, box, 64)) >= MIN_PSNR_DB
+
+
+def test_scale_never_lets_the_crop_fall_below_the_output() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        w, h = rng.uniform(1, 2000, size=2)
+        out_w, out_h = rng.integers(1, 400, size=2)
+        denom = dec.choose_scale(dec.CropBox(0, 0, w, h), int(out_w), int(out_h))
+        assert w / denom >= out_w or denom == 1
+        assert h / denom >= out_h or denom == 1
+        if denom == 1:
+            assert not (w / 2 >= out_w and h / 2 >= out_h)  # a 1/2 decode would have been allowed
+
+
+@pytest.mark.parametrize("name", ["chelsea_240x160.jpg", "rocket_restart_160x107.jpg"])
+def test_row_cut_decodes_exactly_the_same_pixels(name: str, backend) -> None:
+    data = (IMAGES / name).read_bytes()
+    info = read_jpeg_info(data)
+    box = dec.CropBox(10.0, 5.0, 90.0, 50.0)  # top part: most rows may be skipped
+    cut, how = dec.decode_jpeg_crop(data, box, 48, 48, backend)
+    full, how_full = dec.decode_jpeg_crop(data, box, 48, 48, backend, allow_rows=False)
+    assert how.rows_decoded < info.height == how_full.rows_decoded
+    assert np.array_equal(cut.numpy(), full.numpy())
+
+
+def test_frame_height_rewrite_touches_only_the_height() -> None:
+    data = (IMAGES / "chelsea_240x160.jpg").read_bytes()
+    info = read_jpeg_info(data)
+    short = with_frame_height(data, info, 32)
+    assert read_jpeg_info(bytes(short)).height == 32
+    assert sum(a != b for a, b in zip(data, short)) <= 2 and len(short) == len(data)
+    with pytest.raises(ValueError):
+        with_frame_height((IMAGES / "coffee_progressive_180x120.jpg").read_bytes(), read_jpeg_info((IMAGES / "coffee_progressive_180x120.jpg").read_bytes()), 16)
+
+
+def test_pillow_fallback_matches_libjpeg_turbo_path(backend) -> None:
+    data = big_photo_jpeg(400, 300)
+    box = dec.CropBox(30.0, 20.0, 250.0, 200.0)
+    fast, _ = dec.decode_jpeg_crop(data, box, 96, 96, backend)
+    slow, _ = dec.decode_jpeg_crop(data, box, 96, 96, None)
+    assert np.abs(fast.numpy().astype(int) - slow.numpy().astype(int)).mean() <= MAX_MAD_FULL
+
+
+def test_png_and_gray_decode_to_rgb(backend) -> None:
+    png = (IMAGES / "coffee_96x64.png").read_bytes()
+    out, _ = dec.decode_encoded_crop(png, dec.CropBox(0, 0, 96, 64), 32, 32, backend)
+    assert tuple(out.shape) == (32, 32, 3)
+    gray = dec.decode_full((IMAGES / "camera_gray_128x128.jpg").read_bytes(), backend)
+    assert gray.shape == (128, 128, 3) and np.array_equal(gray[..., 0], gray[..., 2])
+
+
+def test_flip_mirrors(backend) -> None:
+    data = (IMAGES / "chelsea_240x160.jpg").read_bytes()
+    box = dec.CropBox(0, 0, 240, 160)
+    plain, _ = dec.decode_jpeg_crop(data, box, 60, 40, backend)
+    mirrored, _ = dec.decode_jpeg_crop(data, box, 60, 40, backend, flip=True)
+    assert np.array_equal(plain.numpy()[:, ::-1], mirrored.numpy())
+
+
+def _with_dims(data: bytes, width: int, height: int) -> bytes:
+    info = read_jpeg_info(data)
+    out = bytearray(data)
+    out[info.height_offset : info.height_offset + 4] = struct.pack(">HH", height, width)
+    return bytes(out)
+
+
+def test_hostile_jpegs_raise_format_errors(backend) -> None:
+    data = (IMAGES / "chelsea_240x160.jpg").read_bytes()
+    box = dec.CropBox(0, 0, 10, 10)
+    with pytest.raises(FormatError, match="not a JPEG"):
+        read_jpeg_info(b"GIF89a....")
+    with pytest.raises(FormatError, match="runs past the end"):
+        read_jpeg_info(data[:30])
+    with pytest.raises(FormatError):
+        read_jpeg_info(b"\xff\xd8\xff\xd9")
+    bomb = _with_dims(data, 65000, 65000)
+    with pytest.raises(FormatError, match="pixel limit"):
+        dec.decode_jpeg_crop(bomb, box, 8, 8, backend)
+    with pytest.raises(FormatError, match="zero sampling|size 0x"):
+        read_jpeg_info(_with_dims(data, 0, 10))
+    garbage = data[: len(data) // 3] + bytes(np.random.default_rng(0).integers(0, 255, 3000, dtype=np.uint8)) + b"\xff\xd9"
+    with pytest.raises(FormatError, match="cannot decode"):
+        dec.decode_full(garbage, backend)
+    with pytest.raises(FormatError):
+        dec.decode_full(data[: len(data) // 2], backend)  # truncated file: strict decode refuses
+
+
+def test_unknown_backend_is_a_clear_error() -> None:
+    from stave.errors import InputError
+
+    with pytest.raises(InputError, match="unknown JPEG backend"):
+        dec.get_backend("libjpeg9000")
+    assert "pillow" in dec.available_backends()
+
+
+def test_photo_helper_is_real() -> None:
+    assert photo().size == (240, 160)
+    assert len(jpeg_bytes(photo())) > 1000

@@ -1,0 +1,214 @@
+"""MEMORY_GROWTH, HOST_MEMORY_PRESSURE and the GPU-only rules, on synthetic records (no GPU needed)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from synth_records import (
+    SCRIPT,
+    healthy_config,
+    healthy_loader,
+    healthy_record,
+    host_series,
+    make_steps,
+    run_rule,
+    stack_profile,
+    worker,
+)
+
+from stave.measure import CopyStat, ProbeResults, SyncSite
+
+MB = 2**20
+
+
+# --- MEMORY_GROWTH ---------------------------------------------------------------------------------
+
+
+def rss_record(rss):
+    rec = healthy_record()
+    rec.host = host_series(rec.steps, rss_bytes=rss)
+    return rec
+
+
+def test_memory_growth_linear_leak_is_critical_when_memory_runs_out_soon():
+    rec = rss_record(lambda i, step: 2_000 * MB + step * MB)
+    f = run_rule("MEMORY_GROWTH", rec)
+    assert f is not None
+    assert f.evidence["bytes_per_step"] == pytest.approx(MB, rel=0.02)
+    assert f.severity == "critical" and f.est_speedup == 1.0
+    assert "loss.item()" in f.fix
+
+
+def test_memory_growth_quiet_on_plateau_noise_and_absence():
+    # Warm-up growth that flattens (a cache filling up) is not a leak.
+    assert run_rule("MEMORY_GROWTH", rss_record(lambda i, step: 2_000 * MB + 60 * MB * (1 - math.exp(-step / 4)))) is None
+    # Allocator noise without a trend.
+    assert run_rule("MEMORY_GROWTH", rss_record(lambda i, step: 2_000 * MB + (i * 37 % 11) * MB)) is None
+    # A small steady growth below the noise floor.
+    assert run_rule("MEMORY_GROWTH", rss_record(lambda i, step: 2_000 * MB + step * 100_000)) is None
+    assert run_rule("MEMORY_GROWTH", rss_record(None)) is None
+
+
+def test_memory_growth_on_gpu_allocated_memory():
+    rec = healthy_record(config=healthy_config(device_type="cuda", device_total_memory_bytes=80 * 2**30))
+    rec.host = host_series(rec.steps, cuda_allocated_bytes=lambda i, step: 10 * 2**30 + step * 8 * MB)
+    f = run_rule("MEMORY_GROWTH", rec)
+    assert f is not None and f.evidence["counter"] == "cuda_allocated_bytes"
+
+
+# --- HOST_MEMORY_PRESSURE ------------------------------------------------------------------------
+
+
+def test_swapping_with_psi_estimate():
+    rec = healthy_record()
+    rec.host = host_series(rec.steps, swap_in_bytes_per_s=8 * MB, psi_memory_some_pct=20.0)
+    f = run_rule("HOST_MEMORY_PRESSURE", rec)
+    assert f is not None
+    assert f.est_speedup == pytest.approx(1 / 0.8, rel=0.01)
+
+
+def test_swapping_without_psi_is_a_risk_warning_not_a_number():
+    rec = healthy_record()
+    rec.host = host_series(rec.steps, swap_out_bytes_per_s=8 * MB, psi_memory_some_pct=None)
+    f = run_rule("HOST_MEMORY_PRESSURE", rec)
+    assert f is not None and f.est_speedup == 1.0 and f.severity == "warning"
+
+
+def test_memory_pressure_quiet_when_counters_absent_or_calm():
+    assert run_rule("HOST_MEMORY_PRESSURE", healthy_record()) is None
+    rec = healthy_record()
+    rec.host = host_series(rec.steps, swap_in_bytes_per_s=None, swap_out_bytes_per_s=None, psi_memory_some_pct=None)
+    assert run_rule("HOST_MEMORY_PRESSURE", rec) is None
+
+
+def test_dataset_reread_from_disk_while_it_would_fit():
+    steps = make_steps(lambda i: {"data_wait": 60.0, "forward": 18.0, "backward": 16.0, "optimizer": 3.0, "other": 3.0})
+    loader = healthy_loader(dataset_bytes_on_disk=1 * 2**30, dataset_files=50_000)
+    rec = healthy_record(
+        steps=steps,
+        config=healthy_config(loaders=[loader]),
+        host=host_series(steps, disk_read_bytes_per_s=400 * MB, iowait_pct=30.0, cpu_system_pct=50.0),
+        workers=[worker(i, 700, 4000.0, 300.0, run_delay_us=100.0) for i in range(2)],
+    )
+    f = run_rule("HOST_MEMORY_PRESSURE", rec)
+    assert f is not None
+    assert "fits in memory" in f.title
+    # Too big for the page cache: no finding.
+    rec.config.loaders[0].dataset_bytes_on_disk = 40 * 2**30
+    assert run_rule("HOST_MEMORY_PRESSURE", rec) is None
+
+
+# --- GPU rules ---------------------------------------------------------------------------------------
+
+
+def gpu_record(phases=None, util=60.0, **cfg):
+    steps = make_steps(phases or (lambda i: {"data_wait": 2.0, "h2d": 15.0, "forward": 30.0, "backward": 40.0,
+                                             "optimizer": 5.0, "other": 8.0}))
+    settings = {"device_type": "cuda", "device_name": "NVIDIA H100", "device_capability": [9, 0],
+                "device_total_memory_bytes": 80 * 2**30, **cfg}
+    config = healthy_config(**settings)
+    rec = healthy_record(steps=steps, config=config, probes=ProbeResults(op_overhead_ns=30_000.0))
+    rec.host = host_series(steps, gpu_util_pct=util)
+    return rec
+
+
+def copies(pinned: bool, non_blocking: bool):
+    return [CopyStat("h2d", "float32", pinned, non_blocking, count=80, nbytes=80 * 1_572_864, host_ns=10 * 10**6)]
+
+
+def test_h2d_pageable_and_blocking():
+    rec = gpu_record()
+    rec.copies = copies(pinned=False, non_blocking=False)
+    f = run_rule("H2D_PAGEABLE", rec)
+    assert f is not None and "pin_memory=True" in f.fix
+    assert f.est_speedup == pytest.approx(0.1 / (0.1 - 0.0075), rel=0.01)
+    b = run_rule("H2D_BLOCKING", rec)
+    assert b is not None and "DeviceLoader" in b.fix
+    assert b.est_speedup == pytest.approx(0.1 / 0.085, rel=0.01)
+
+
+def test_h2d_quiet_when_pinned_async_or_on_cpu():
+    rec = gpu_record()
+    rec.copies = copies(pinned=True, non_blocking=True)
+    assert run_rule("H2D_PAGEABLE", rec) is None
+    assert run_rule("H2D_BLOCKING", rec) is None
+    cpu = healthy_record()
+    cpu.copies = copies(pinned=False, non_blocking=False)
+    assert run_rule("H2D_PAGEABLE", cpu) is None
+
+
+def test_sync_in_loop_uses_host_wait_and_gpu_busy():
+    rec = gpu_record(util=55.0)
+    rec.syncs = [SyncSite(".item()", SCRIPT, 61, "train", calls=43, steps_with_call=43)]
+    rec.stacks = stack_profile(rec.steps, {"other": [(61, 1.0)], "forward": [(50, 1.0)]}, interval_ms=2.0)
+    f = run_rule("SYNC_IN_LOOP", rec)
+    assert f is not None
+    assert f.lines == [f"{SCRIPT}:61"]
+    wait = f.evidence["host_wait_s_per_step"]
+    assert wait == pytest.approx(0.008, rel=0.1)
+    assert f.est_speedup == pytest.approx(0.1 / max(0.055, 0.1 - wait), rel=0.02)
+
+
+def test_sync_in_loop_without_utilization_is_not_estimated_and_quiet_for_rare_syncs():
+    rec = gpu_record(util=None)
+    rec.syncs = [SyncSite(".item()", SCRIPT, 61, "train", calls=43, steps_with_call=43)]
+    f = run_rule("SYNC_IN_LOOP", rec)
+    assert f is not None and f.est_speedup == 1.0
+    rec.syncs = [SyncSite(".item()", SCRIPT, 61, "train", calls=4, steps_with_call=4)]
+    assert run_rule("SYNC_IN_LOOP", rec) is None
+
+
+def test_empty_cache_in_loop():
+    rec = gpu_record()
+    rec.cuda_calls = {"empty_cache": 43}
+    assert run_rule("EMPTY_CACHE_IN_LOOP", rec) is not None
+    rec.cuda_calls = {"empty_cache": 1}
+    assert run_rule("EMPTY_CACHE_IN_LOOP", rec) is None
+
+
+def test_cudnn_and_determinism_are_information():
+    f = run_rule("CUDNN_BENCHMARK_OFF", gpu_record(cudnn_benchmark=False))
+    assert f is not None and f.severity == "info" and f.est_speedup == 1.0
+    assert run_rule("CUDNN_BENCHMARK_OFF", gpu_record(cudnn_benchmark=True)) is None
+    assert run_rule("CUDNN_BENCHMARK_OFF", gpu_record(cudnn_benchmark=None)) is None
+    assert run_rule("CUDNN_BENCHMARK_OFF", healthy_record(config=healthy_config(cudnn_benchmark=False))) is None
+    assert run_rule("DETERMINISTIC_ALGORITHMS", gpu_record(deterministic_algorithms=True)) is not None
+    assert run_rule("DETERMINISTIC_ALGORITHMS", gpu_record(deterministic_algorithms=False)) is None
+
+
+def test_no_compile_from_dispatch_cost():
+    rec = gpu_record(util=60.0)
+    f = run_rule("NO_COMPILE", rec)
+    # 900 ops x 30 us = 27 ms of a 100 ms step; the GPU is busy 60 ms: T' = max(60, 73) ms.
+    assert f is not None and f.est_speedup == pytest.approx(0.1 / 0.073, rel=0.01)
+    assert run_rule("NO_COMPILE", gpu_record(util=None)) is None
+    assert run_rule("NO_COMPILE", gpu_record(compiled=True)) is None
+    assert run_rule("NO_COMPILE", gpu_record(device_capability=[6, 1])) is None
+
+
+def test_dataparallel_on_cpu_is_info_pass_through():
+    f = run_rule("DATAPARALLEL_USED", healthy_record(config=healthy_config(dataparallel=True)))
+    assert f is not None and f.severity == "info" and f.est_speedup == 1.0
+    assert "model.module" in f.fix
+    g = run_rule("DATAPARALLEL_USED", gpu_record(dataparallel=True))
+    assert g is not None and "DistributedDataParallel" in g.fix
+    assert run_rule("DATAPARALLEL_USED", healthy_record()) is None
+
+
+def test_gpu_underused_when_host_work_leaves_it_idle():
+    rec = gpu_record(lambda i: {"data_wait": 1.0, "forward": 20.0, "backward": 25.0, "optimizer": 4.0, "other": 50.0},
+                     util=30.0)
+    f = run_rule("GPU_UNDERUSED", rec)
+    assert f is not None and f.est_speedup == pytest.approx(0.1 / 0.05, rel=0.02)
+    assert run_rule("GPU_UNDERUSED", gpu_record(util=90.0)) is None
+    assert run_rule("GPU_UNDERUSED", gpu_record(util=None)) is None
+    data = gpu_record(lambda i: {"data_wait": 50.0, "forward": 20.0, "backward": 25.0, "other": 5.0}, util=30.0)
+    assert run_rule("GPU_UNDERUSED", data) is None
+
+
+def test_gpu_rules_quiet_on_cpu_record():
+    rec = healthy_record()
+    for rule_id in ("H2D_PAGEABLE", "H2D_BLOCKING", "SYNC_IN_LOOP", "EMPTY_CACHE_IN_LOOP", "CUDNN_BENCHMARK_OFF",
+                    "DETERMINISTIC_ALGORITHMS", "NO_COMPILE", "GPU_UNDERUSED"):
+        assert run_rule(rule_id, rec) is None, rule_id
