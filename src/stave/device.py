@@ -313,6 +313,25 @@ def cudnn_flags() -> dict[str, bool]:
     }
 
 
+def set_cudnn_benchmark(enabled: bool) -> bool:
+    """Set ``torch.backends.cudnn.benchmark`` (process-wide); returns the previous value."""
+    previous = bool(torch.backends.cudnn.benchmark)
+    torch.backends.cudnn.benchmark = enabled
+    return previous
+
+
+def make_graphed_module(module: torch.nn.Module, sample_inputs: torch.Tensor) -> Callable[..., Any]:
+    """``module``'s forward and backward captured as CUDA graphs for inputs shaped like ``sample_inputs``.
+
+    Wraps ``torch.cuda.make_graphed_callables`` (which warms up on a side stream, then captures);
+    the optimizer step stays outside the graph. Needs static shapes and no host sync in forward.
+    """
+    if not sample_inputs.is_cuda:
+        raise ValueError("CUDA graphs need a CUDA module and inputs; this tensor is on " + str(sample_inputs.device))
+    sample = sample_inputs.detach().clone().requires_grad_(sample_inputs.requires_grad)
+    return torch.cuda.make_graphed_callables(module, (sample,))
+
+
 # --- Counting synchronizing CUDA calls -----------------------------------------------------------
 
 # Functions under torch.cuda that block the host until the GPU catches up, or that throw away the

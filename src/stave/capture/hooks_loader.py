@@ -94,11 +94,15 @@ class LoaderHooks:
             self.tracker.exit(owned)
 
     def worker_pids(self) -> list[int]:
-        """PIDs of the live loader workers (for the monitor)."""
+        """PIDs of the loader workers started so far (for the monitor, which drops exited ones).
+
+        Called from the sampler thread: ``Process.is_alive()`` would reap the child there and race
+        the DataLoader's own shutdown, so no liveness check is made here.
+        """
         pids: list[int] = []
         for iterator in list(self._iterators):
             for proc in getattr(iterator, "_workers", []) or []:
-                if proc.pid is not None and proc.is_alive():
+                if proc.pid is not None:
                     pids.append(proc.pid)
         return pids
 

@@ -245,6 +245,7 @@ class DoctorSession:
             self._record_thread.join(timeout=30)
         if self.monitor is not None:
             self.monitor.stop()
+            self.run.monitor_cpu_s = self.monitor.self_cpu_s
         # Resolving the last steps' GPU events needs them complete; the user's loop is over, so
         # this synchronization costs them nothing.
         dev.synchronize()
@@ -322,6 +323,9 @@ class DoctorSession:
             from stave.measure.stacks import StackProfile
 
             record.stacks = StackProfile()
+        monitor_error = getattr(self.monitor, "error", None)
+        if monitor_error:
+            record.notes.append(f"the machine monitor stopped early: {monitor_error}")
         if not steps:
             record.notes.append(
                 "no optimizer.step() was seen: stave measures steps at optimizer.step(); "

@@ -47,6 +47,7 @@ class RunInfo:
     warmup_steps: int = 0
     requested_steps: int | None = None
     profile_steps: int = 0
+    monitor_cpu_s: float | None = None
 
 
 @dataclass

@@ -81,7 +81,7 @@ def _window(step: Callable[[], None], steps: int, counter: list[int]) -> float:
     return time.perf_counter() - start
 
 
-def measure(workload: str, pairs: int = 6, window_s: float = 1.5, warmup_s: float = 1.0) -> OverheadResult:
+def measure(workload: str, pairs: int = 10, window_s: float = 1.0, warmup_s: float = 1.0) -> OverheadResult:
     """Run ``pairs`` interleaved plain/monitored windows of ``workload`` and summarize them."""
     if workload not in WORKLOADS:
         raise ValueError(f"unknown workload {workload!r}; choose from {sorted(WORKLOADS)}")

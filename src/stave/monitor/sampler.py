@@ -133,7 +133,9 @@ class Monitor:
             return list(self._host)
 
     def stack_profile(self) -> StackProfile:
-        """A copy of the stack samples so far."""
+        """A copy of the stack samples so far (empty, with ``interval_ns`` 0, when stacks are off)."""
+        if not self._stacks_enabled:
+            return StackProfile()
         with self._lock:
             return self._recorder.profile()
 

@@ -22,7 +22,7 @@ MAX_CHART_STEPS = 400
 def trace_body_html(report: TraceReport) -> str:
     """The report's sections (without the page around them): also embedded in the doctor's page."""
     parts = [hp.section("Findings", findings_html(report.findings))]
-    if report.multi_rank:
+    if report.multi_rank and report.rank_timings:
         parts.append(hp.section("Ranks side by side", _ranks(report)))
     for t in report.traces:
         parts.append(hp.section(f"Rank {t.rank}: {t.path}", *_trace(t)))

@@ -6,6 +6,8 @@ of fixed width in tests). Absent values print as "n/a", never as 0.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.console import Console, Group, RenderableType
 from rich.rule import Rule
 from rich.table import Table
@@ -34,6 +36,7 @@ PART_COLORS: dict[str, str] = {
     "other": "#999999",
 }
 TOP_ROWS = 10
+_GROUP_LABELS = {"communication": "comm"}
 
 
 def render_trace(report: TraceReport, console: Console) -> None:
@@ -46,7 +49,7 @@ def trace_renderable(report: TraceReport) -> RenderableType:
     parts: list[RenderableType] = [Rule("stave trace", style="bold")]
     for t in report.traces:
         parts.append(_header(t))
-    if report.multi_rank:
+    if report.multi_rank and report.rank_timings:
         parts.append(_ranks_table(report))
     for t in report.traces if len(report.traces) <= 2 else report.traces[:1]:
         if len(report.traces) > 1:
@@ -63,7 +66,7 @@ def trace_renderable(report: TraceReport) -> RenderableType:
     parts.append(findings_renderable(report.findings))
     notes = list(report.notes) + [f"skipped {s.path}: {s.reason}" for s in report.skipped]
     for t in report.traces:
-        notes.extend(f"rank {t.rank}: {n}" for n in t.notes)
+        notes.extend(f"{Path(t.path).name}: {n}" for n in t.notes)
     if notes:
         parts.append(Rule("notes", style="dim"))
         parts.extend(Text(f"- {n}", style="dim") for n in notes)
@@ -71,7 +74,8 @@ def trace_renderable(report: TraceReport) -> RenderableType:
 
 
 def _header(t: TraceAnalysis) -> Text:
-    steps = f"{t.step_count} steps" if t.steps_marked else "no step markers (whole trace = 1 step)"
+    steps = (f"{t.step_count} step{'s' if t.step_count != 1 else ''}" if t.steps_marked
+             else "no step markers (whole trace = 1 step)")
     device = t.device_name or ("CPU only" if t.kind == "cpu" else "GPU")
     return Text.assemble(
         (f"{t.path}", "bold"),
@@ -80,9 +84,8 @@ def _header(t: TraceAnalysis) -> Text:
     )
 
 
-def _breakdown(t: TraceAnalysis) -> Table:
-    table = Table(title="Step time, additive breakdown (mean per step)", title_justify="left",
-                  box=None, pad_edge=False)
+def _breakdown(t: TraceAnalysis) -> RenderableType:
+    table = Table(box=None, pad_edge=False)
     table.add_column("part")
     table.add_column("", no_wrap=True)
     table.add_column("share", justify="right")
@@ -92,7 +95,7 @@ def _breakdown(t: TraceAnalysis) -> Table:
         color = PART_COLORS.get(part, "white")
         table.add_row(part, Text(fmt_bar(share, BAR_WIDTH), style=color), fmt_share(share),
                       fmt_ms(t.part_mean_s(part)))
-    return table
+    return Group(Text("Step time, additive breakdown (mean per step)", style="italic"), table)
 
 
 def _gpu(t: TraceAnalysis) -> RenderableType:
@@ -120,7 +123,7 @@ def _gpu(t: TraceAnalysis) -> RenderableType:
         kernels.add_column(col, justify=just, overflow="ellipsis", no_wrap=True,
                            max_width=40 if col == "kernel" else None)
     for k in g.top_kernels[:TOP_ROWS]:
-        kernels.add_row(k.short_name, k.group[:7], "yes" if k.tensor_core else "", f"{k.count:,}",
+        kernels.add_row(k.short_name, _GROUP_LABELS.get(k.group, k.group), "yes" if k.tensor_core else "", f"{k.count:,}",
                         fmt_seconds(k.total_s), fmt_share(k.share))
     parts.append(kernels)
     if g.memcpy:
@@ -131,7 +134,7 @@ def _gpu(t: TraceAnalysis) -> RenderableType:
             copies.add_row(m.direction, m.host_memory, f"{m.count:,}", fmt_bytes(m.bytes),
                            fmt_seconds(m.busy_s), fmt_byte_rate(m.bandwidth_bytes_per_s))
         parts.append(copies)
-    if t.launch is not None and t.launch.kernels_with_launch:
+    if t.launch is not None and t.launch.launch_bound_kernels:
         lb = t.launch
         parts.append(Text(
             f"Launch-bound: {lb.launch_bound_kernels:,} of {lb.kernels_with_launch:,} kernels ran shorter than "

@@ -221,6 +221,7 @@ def test_host_samples_have_their_fields_and_absent_pressure_is_none(tmp_path) ->
     monitor.stop()
     expected_pct = 100.0 * (time.process_time() - cpu0) / (time.perf_counter() - t0)
     samples = monitor.host_samples()
+    assert monitor.stack_profile().interval_ns == 0 and not monitor.stack_profile().samples
     assert len(samples) >= 4
     assert [s.t_ns for s in samples] == sorted(s.t_ns for s in samples)
     for s in samples:
@@ -282,3 +283,18 @@ def test_gpu_counters_come_from_the_device_helpers(monkeypatch) -> None:
     assert c.sample(0, 0).cuda_allocated_bytes is None
     c.close()
     assert FakeNvml.closed
+
+
+def test_the_portable_psutil_source_feeds_the_same_collector() -> None:
+    from stave.monitor.psutil_source import PsutilSource
+
+    c = HostCollector(PsutilSource(), main_pid=os.getpid(), worker_pids=list)
+    c.baseline()
+    deadline = time.perf_counter() + 0.15
+    while time.perf_counter() < deadline:
+        sum(i * i for i in range(10_000))
+    s = c.sample(0, 0)
+    c.close()
+    assert s.cpu_main_pct is not None and s.cpu_main_pct > 0
+    assert s.cpu_system_pct is not None and s.mem_available_bytes and s.rss_bytes and s.main_threads
+    assert s.psi_cpu_some_pct is None and s.procs_running is None  # psutil reports neither
