@@ -102,6 +102,8 @@ def main():
 
         def counting_hook(state, bucket):
             hook_calls[0] += 1
+            if hook_calls[0] == 1:
+                print(f"rank {rank}: user comm hook called", flush=True)
             return default_hooks.allreduce_hook(state, bucket)
 
         model.register_comm_hook(None, counting_hook)
@@ -124,8 +126,6 @@ def main():
             step += 1
             if rank == args.kill_rank and step == args.kill_step:
                 os.kill(os.getpid(), signal.SIGKILL)
-    if args.user_hook:
-        print(f"rank {rank}: user comm hook called {hook_calls[0]} times", flush=True)
     dist.destroy_process_group()
 
 

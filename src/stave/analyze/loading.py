@@ -1,12 +1,19 @@
 """Is the step waiting for its input, and is the loading blocked on I/O or short of CPU?
 
-Joins the step summary (how long the median step waits in ``next()`` on the loader), the pipeline
-summary (what one sample costs the workers, on-CPU and off) and the host summary (is the machine
-saturated) into the numbers the input-pipeline findings and their what-if estimates need.
+Joins the steps (how long a step waits in ``next()`` on the loader), the pipeline summary (what
+one sample costs the workers, on-CPU and off) and the host summary (how busy the machine is) into
+the numbers the input-pipeline findings and their what-if estimates need.
+
+The step statistic is the *mean* over the counted steps that are not outliers and not the first
+steps of an epoch with freshly started workers. With several workers the wait alternates (one
+step gets a ready batch, the next waits for a late one), so a median would hide it; stalls from
+checkpoints and worker start-up are other findings'.
 
 Off-CPU time of a worker is either *blocked* (waiting for a read, sleeping, a lock) or *runnable
-but waiting for a core*. The scheduler's ``run_delay`` counter measures the second directly; where
-it is hidden and the machine is saturated, off-CPU time cannot be called I/O.
+but waiting for a core*. The scheduler's ``run_delay`` counter measures the second directly. Where
+it is hidden, the machine's run queue bounds it: with R runnable threads on C cores a fair
+scheduler gives a runnable thread at least C/R of a core, so its wait for a core is at most
+``cpu x (R/C - 1)``; whatever off-CPU time exceeds that bound was blocked.
 """
 
 from __future__ import annotations
@@ -15,12 +22,37 @@ from dataclasses import dataclass
 
 from stave.analyze.breakdown import StepSummary
 from stave.analyze.host import HostSummary
+from stave.analyze.outliers import find_outliers
 from stave.analyze.pipeline import PipelineSummary, summarize_pipeline
 from stave.measure.record import RunRecord
 
 # The machine counts as CPU-saturated above this share of all usable cores busy: the scheduler
 # then queues runnable threads, so a worker's off-CPU time may be queueing rather than I/O.
 MACHINE_SATURATED_PCT = 90.0
+
+
+def epoch_start_steps(record: RunRecord) -> set[int]:
+    """Counted steps whose batches came from workers started for a new epoch (non-persistent).
+
+    Each ``iter(loader)`` after the first starts fresh workers, and the first batch of each of
+    them (up to one less than the steps of an epoch) waits for its start-up. Which counted steps
+    those are is not recorded, but they are the ones that waited longest for data, so that many of
+    the longest data waits are taken.
+    """
+    counted = record.counted_steps()
+    if len(counted) < 2 or not record.steps:
+        return set()
+    n = 0
+    for loader in record.config.loaders:
+        restarts = loader.iterators_created - 1
+        if loader.num_workers == 0 or loader.persistent_workers or restarts < 1:
+            continue
+        steps_per_epoch = len(record.steps) / loader.iterators_created
+        fresh = min(loader.num_workers, max(1, int(steps_per_epoch) - 1))
+        n += round(restarts * len(counted) / len(record.steps)) * fresh
+    n = min(n, len(counted) - 1)
+    by_wait = sorted(counted, key=lambda s: s.data_wait_ns, reverse=True)
+    return {s.index for s in by_wait[:n]}
 
 
 def usable_cores(record: RunRecord) -> int:
@@ -30,19 +62,22 @@ def usable_cores(record: RunRecord) -> int:
 
 @dataclass
 class LoadingBound:
-    """The input pipeline against the step (seconds per median step unless named otherwise).
+    """The input pipeline against the step (seconds per steady step unless named otherwise).
 
-    ``compute_wall_s``: the median step without its data wait (what loading must hide behind).
+    ``step_s`` / ``data_wait_s``: means over the counted steps that are not outliers.
+    ``compute_wall_s``: the step without its data wait (what loading must hide behind).
     ``compute_cpu_s``: CPU-seconds the main process spends per step outside loading; measured
     from the monitor when ``compute_cpu_measured``, else assumed to keep its torch threads busy.
     ``load_wall_s`` / ``load_cpu_s``: one step's samples loaded by one worker.
-    ``blocked_share``: share of loading time blocked (off-CPU and not queueing for a core);
-    ``None`` when that cannot be told apart (saturated machine, no ``run_delay`` counter).
+    ``queue_share``: share of loading time spent waiting for a core (measured, or its upper
+    bound from the run queue when ``queue_share_is_bound``); ``blocked_share``: the rest of the
+    off-CPU time, ``None`` when neither counter exists and the machine may be saturated.
     """
 
     pipeline: PipelineSummary
     step_s: float
     data_wait_s: float
+    steady_steps: int
     compute_wall_s: float
     compute_cpu_s: float
     compute_cpu_measured: bool
@@ -52,25 +87,47 @@ class LoadingBound:
     workers: int
     machine_saturated: bool | None
     cpu_share: float
-    run_delay_share: float | None
+    queue_share: float | None
+    queue_share_is_bound: bool
     blocked_share: float | None
 
     @property
     def data_wait_share(self) -> float:
-        """The median data wait as a share of the median step."""
+        """The steady data wait as a share of the steady step."""
         return self.data_wait_s / self.step_s if self.step_s > 0 else 0.0
+
+
+def _queue_and_blocked(
+    pipe: PipelineSummary, host: HostSummary, cores: int, cpu_share: float
+) -> tuple[float | None, bool, float | None]:
+    """(queue share, whether it is an upper bound, blocked share) of the loading time."""
+    off_cpu = max(0.0, 1.0 - cpu_share)
+    if pipe.run_delay_s_per_sample is not None and pipe.wall_s_per_sample > 0:
+        queue = min(off_cpu, pipe.run_delay_s_per_sample / pipe.wall_s_per_sample)
+        return queue, False, off_cpu - queue
+    if host.procs_running is not None:
+        # Fair scheduling: a runnable thread waits at most (R/C - 1) x its own CPU time for a core.
+        queue = min(off_cpu, cpu_share * max(0.0, host.procs_running / cores - 1.0))
+        return queue, True, off_cpu - queue
+    saturated = None if host.cpu_system_pct is None else host.cpu_system_pct >= MACHINE_SATURATED_PCT
+    if saturated is False:
+        return 0.0, True, off_cpu
+    return None, True, None
 
 
 def loading_bound(record: RunRecord, summary: StepSummary, host: HostSummary) -> LoadingBound | None:
     """The numbers above, or ``None`` when no step was counted or no loader reported its workers."""
     pipe = summarize_pipeline(record)
-    if pipe is None or summary.steps == 0 or summary.step_time_median_s <= 0:
+    if pipe is None or summary.steps == 0:
         return None
-    t = summary.step_time_median_s
-    # The median wait, not the mean: the first batch of each epoch (worker start-up) is another
-    # finding's business, and the steady wait is what more workers or cheaper loading remove.
-    wait = min(summary.phase_median_s.get("data_wait", 0.0), t)
-    samples_per_step = summary.samples_per_step or float(pipe.loader.batch_size or 1)
+    # Outliers (checkpoints) and epoch starts (worker start-up) are other findings' business.
+    slow = set(find_outliers(record.steps).indices) | epoch_start_steps(record)
+    steady = [s for s in record.counted_steps() if s.index not in slow] or record.counted_steps()
+    t = sum(s.duration_ns for s in steady) / 1e9 / len(steady)
+    if t <= 0:
+        return None
+    wait = min(sum(s.data_wait_ns for s in steady) / 1e9 / len(steady), t)
+    samples_per_step = sum(s.samples for s in steady) / len(steady) or float(pipe.loader.batch_size or 1)
     load_wall = pipe.wall_s_per_sample * samples_per_step
     load_cpu = pipe.cpu_s_per_sample * samples_per_step
     cores = usable_cores(record)
@@ -82,22 +139,13 @@ def loading_bound(record: RunRecord, summary: StepSummary, host: HostSummary) ->
     else:
         threads = record.config.torch_threads or 1
         compute_cpu = compute_wall * min(threads, cores)
-    saturated = None if host.cpu_system_pct is None else host.cpu_system_pct >= MACHINE_SATURATED_PCT
     cpu_share = min(1.0, pipe.cpu_s_per_sample / pipe.wall_s_per_sample) if pipe.wall_s_per_sample > 0 else 0.0
-    delay_share: float | None = None
-    blocked: float | None
-    if pipe.run_delay_s_per_sample is not None and pipe.wall_s_per_sample > 0:
-        delay_share = min(1.0 - cpu_share, pipe.run_delay_s_per_sample / pipe.wall_s_per_sample)
-        blocked = max(0.0, 1.0 - cpu_share - delay_share)
-    elif saturated is False:
-        blocked = max(0.0, 1.0 - cpu_share)
-    else:
-        # Saturated, or saturation unknown: off-CPU time may be queueing for a core, not I/O.
-        blocked = None
+    queue, is_bound, blocked = _queue_and_blocked(pipe, host, cores, cpu_share)
     return LoadingBound(
         pipeline=pipe,
         step_s=t,
         data_wait_s=wait,
+        steady_steps=len(steady),
         compute_wall_s=compute_wall,
         compute_cpu_s=compute_cpu,
         compute_cpu_measured=measured,
@@ -105,8 +153,9 @@ def loading_bound(record: RunRecord, summary: StepSummary, host: HostSummary) ->
         load_cpu_s=load_cpu,
         cores=cores,
         workers=pipe.loader.num_workers,
-        machine_saturated=saturated,
+        machine_saturated=None if host.cpu_system_pct is None else host.cpu_system_pct >= MACHINE_SATURATED_PCT,
         cpu_share=cpu_share,
-        run_delay_share=delay_share,
+        queue_share=queue,
+        queue_share_is_bound=is_bound,
         blocked_share=blocked,
     )

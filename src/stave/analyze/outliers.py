@@ -1,8 +1,12 @@
-"""Steps much slower than the typical step, which phase they lost their time in, and their rhythm.
+"""Steps that stall: which phase lost the time, how much, and on what rhythm.
 
-A checkpoint every N steps, a validation pass, a log flush or a garbage-collection pause shows as
-a few steps far above the median. The typical step is the median and its spread the median
-absolute deviation, so the outliers themselves cannot inflate the yardstick that finds them.
+A checkpoint every N steps, a validation pass, a log flush or a garbage-collection pause makes a
+few steps much slower than the rest. The stall lands in one phase (``other`` for a checkpoint,
+``data_wait`` for an epoch start), which is otherwise steady, so outliers are found per phase: a
+step stalls when one of its phases exceeds that phase's median by a good part of a whole step
+*and* by many times the phase's own spread. The median and the median absolute deviation are
+the yardsticks, so the stalls themselves cannot inflate them; a loaded machine's jitter, spread
+over all phases and steps, stays below them.
 """
 
 from __future__ import annotations
@@ -14,11 +18,11 @@ from typing import Sequence
 from stave.analyze.stats import mad, median
 from stave.measure.steps import PHASES, StepRecord
 
-# A step is an outlier only when it is this many times the median: jitter of a loaded machine
-# stays within tens of percent, a stall from I/O or a checkpoint is a multiple of the step.
-OUTLIER_MIN_RATIO = 1.5
-# ... and this many scaled MADs above it (1.4826 x MAD estimates a normal standard deviation;
-# 5 of them leaves about one step in a million of ordinary jitter above the line).
+# A stall adds at least half a median step to one phase at once; jitter moves a phase by tens of
+# percent of the step at most.
+OUTLIER_MIN_EXCESS_SHARE = 0.5
+# ... and exceeds the phase's median by this many scaled MADs (1.4826 x MAD estimates a normal
+# standard deviation; 5 of them leaves about one step in a million of ordinary jitter above).
 OUTLIER_MAD_K = 5.0
 MAD_TO_SIGMA = 1.4826
 # Outliers are periodic when this share of the gaps between them is the same number of steps.
@@ -27,11 +31,14 @@ PERIOD_MIN_SHARE = 0.6
 
 @dataclass
 class OutlierSteps:
-    """The outlier steps among the counted ones and what they cost beyond a median step."""
+    """The stalled steps among the counted ones and what the stalls cost.
+
+    ``excess_by_phase_s``: per phase, the time the stalled steps spent beyond that phase's median
+    in the phases that stalled; ``excess_s`` is their sum: the time removing the stalls gives back.
+    """
 
     counted: int
     median_s: float
-    threshold_s: float
     indices: list[int] = field(default_factory=list)
     excess_s: float = 0.0
     excess_by_phase_s: dict[str, float] = field(default_factory=dict)
@@ -39,32 +46,39 @@ class OutlierSteps:
 
     @property
     def excess_per_step_s(self) -> float:
-        """The outliers' excess spread over every counted step (what the mean step pays)."""
+        """The stalls' excess spread over every counted step (what the mean step pays)."""
         return self.excess_s / self.counted if self.counted else 0.0
 
     def dominant_phase(self) -> str | None:
         """The phase that holds most of the excess."""
-        if not self.excess_by_phase_s:
+        if not self.excess_by_phase_s or self.excess_s <= 0:
             return None
         return max(self.excess_by_phase_s, key=lambda p: self.excess_by_phase_s[p])
 
 
 def find_outliers(steps: Sequence[StepRecord]) -> OutlierSteps:
-    """Find outlier steps among the counted ``steps``."""
+    """Find the stalled steps among the counted ``steps``."""
     counted = [s for s in steps if s.counted]
-    durations = [s.duration_ns / 1e9 for s in counted]
-    med = median(durations)
-    spread = MAD_TO_SIGMA * mad(durations)
-    threshold = max(med * OUTLIER_MIN_RATIO, med + OUTLIER_MAD_K * spread)
-    out = OutlierSteps(counted=len(counted), median_s=med, threshold_s=threshold)
-    if not counted:
+    med = median([s.duration_ns / 1e9 for s in counted])
+    out = OutlierSteps(counted=len(counted), median_s=med, excess_by_phase_s={p: 0.0 for p in PHASES})
+    if len(counted) < 3:
         return out
-    phase_medians = {p: median([s.phase_ns(p) / 1e9 for s in counted]) for p in PHASES}
-    slow = [s for s in counted if s.duration_ns / 1e9 > threshold]
-    out.indices = [s.index for s in slow]
-    out.excess_s = sum(s.duration_ns / 1e9 - med for s in slow)
+    limits: dict[str, tuple[float, float]] = {}
     for p in PHASES:
-        out.excess_by_phase_s[p] = sum(max(0.0, s.phase_ns(p) / 1e9 - phase_medians[p]) for s in slow)
+        values = [s.phase_ns(p) / 1e9 for s in counted]
+        p_med = median(values)
+        limits[p] = (p_med, p_med + max(OUTLIER_MIN_EXCESS_SHARE * med, OUTLIER_MAD_K * MAD_TO_SIGMA * mad(values)))
+    for s in counted:
+        stalled = False
+        for p in PHASES:
+            value = s.phase_ns(p) / 1e9
+            p_med, limit = limits[p]
+            if value > limit:
+                out.excess_by_phase_s[p] += value - p_med
+                stalled = True
+        if stalled:
+            out.indices.append(s.index)
+    out.excess_s = sum(out.excess_by_phase_s.values())
     out.period_steps = _period(out.indices)
     return out
 

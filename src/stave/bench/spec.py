@@ -43,11 +43,13 @@ class CustomLoader:
 
     ``build(request)`` returns an iterable of ``(inputs, targets)`` already on ``request.device``
     (normalized, in ``float32``), endless or at least one epoch long (the ladder restarts it).
+    ``code`` is how a user builds it, shown in the final configuration when it is kept.
     """
 
     name: str
     build: Callable[[LoaderRequest], Iterable[tuple[Any, torch.Tensor]]]
     description: str = ""
+    code: str = ""
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ class JobSpec:
     Required: ``name``; ``model`` (a factory returning a fresh, randomly initialized module);
     ``dataset`` (map-style, yielding ``(input, target)`` as the job's own pipeline does);
     ``loss`` (``loss(outputs, targets) -> scalar tensor``); ``optimizer`` (a factory called with
-    ``model.parameters()``); ``batch_size`` (the job's own).
+    the model, on its device); ``batch_size`` (the job's own).
 
     Optional: ``num_workers`` (the job's DataLoader setting); ``set_to_none`` (what its
     ``zero_grad`` passes); ``uint8_dataset`` (the same samples as uint8 CHW tensors, without
@@ -73,7 +75,7 @@ class JobSpec:
     model: Callable[[], nn.Module]
     dataset: Dataset
     loss: Callable[[Any, torch.Tensor], torch.Tensor]
-    optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+    optimizer: Callable[[nn.Module], torch.optim.Optimizer]
     batch_size: int
     num_workers: int = 0
     set_to_none: bool = True

@@ -26,24 +26,32 @@ from stave.errors import UsageError
 # ranks stop at the same step, so they finish within seconds of each other; the slack covers the
 # probes one rank per node runs at the end and a slow shared file system.
 DEFAULT_MERGE_TIMEOUT_S = 120.0
+# A launch stopped by a signal (Ctrl-C, SIGTERM) exits like an interrupted single run.
+EXIT_INTERRUPTED = 130
 # The record interval may be shortened but not stretched past the 10 s the records promise.
 MAX_RECORD_INTERVAL_S = 10.0
 
 
 def add_dist_options(p: argparse.ArgumentParser) -> None:
-    """Options for multi-process runs (torchrun's names, passed through to torch.distributed.run)."""
+    """Options for multi-process runs (torchrun's names, either spelling, passed through to torch.distributed.run)."""
     g = p.add_argument_group("distributed", "launch through torchrun, record every rank, merge one report "
                              "(see docs/distributed.md)")
-    g.add_argument("--nproc-per-node", metavar="N", help="launch N ranks on this node through torch.distributed.run")
-    g.add_argument("--nnodes", metavar="N|MIN:MAX", help="torchrun: number of nodes")
-    g.add_argument("--node-rank", type=int, metavar="R", help="torchrun: this node's rank (static rendezvous)")
-    g.add_argument("--rdzv-backend", metavar="NAME", help="torchrun: rendezvous backend (c10d, static)")
-    g.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="torchrun: rendezvous endpoint")
-    g.add_argument("--rdzv-id", metavar="ID", help="torchrun: rendezvous id (also names the default run directory)")
-    g.add_argument("--rdzv-conf", metavar="K=V,...", help="torchrun: extra rendezvous settings")
-    g.add_argument("--master-addr", metavar="HOST", help="torchrun: address of the rank-0 node (static rendezvous)")
-    g.add_argument("--master-port", type=int, metavar="PORT", help="torchrun: port on the rank-0 node")
-    g.add_argument("--max-restarts", type=int, metavar="N", help="torchrun: restarts of the worker group on failure")
+    torchrun = (
+        ("--nproc-per-node", {"metavar": "N", "help": "launch N ranks on this node through torch.distributed.run"}),
+        ("--nnodes", {"metavar": "N|MIN:MAX", "help": "torchrun: number of nodes"}),
+        ("--node-rank", {"type": int, "metavar": "R", "help": "torchrun: this node's rank (static rendezvous)"}),
+        ("--rdzv-backend", {"metavar": "NAME", "help": "torchrun: rendezvous backend (c10d, static)"}),
+        ("--rdzv-endpoint", {"metavar": "HOST:PORT", "help": "torchrun: rendezvous endpoint"}),
+        ("--rdzv-id", {"metavar": "ID", "help": "torchrun: rendezvous id (also names the default run directory)"}),
+        ("--rdzv-conf", {"metavar": "K=V,...", "help": "torchrun: extra rendezvous settings"}),
+        ("--master-addr", {"metavar": "HOST", "help": "torchrun: address of the rank-0 node (static rendezvous)"}),
+        ("--master-port", {"type": int, "metavar": "PORT", "help": "torchrun: port on the rank-0 node"}),
+        ("--max-restarts", {"type": int, "metavar": "N", "help": "torchrun: restarts of the worker group on failure"}),
+    )
+    for flag, kwargs in torchrun:
+        # torchrun accepts both spellings (--nproc-per-node and --nproc_per_node): so does stave.
+        spellings = [flag] if "-" not in flag[2:] else [flag, "--" + flag[2:].replace("-", "_")]
+        g.add_argument(*spellings, **kwargs)  # type: ignore[arg-type]
     g.add_argument("--standalone", action="store_true", help="torchrun: single-node rendezvous on a free port")
     g.add_argument("--run-dir", metavar="DIR",
                    help="where every rank writes its record (shared storage for several nodes); "
@@ -58,8 +66,17 @@ def add_dist_options(p: argparse.ArgumentParser) -> None:
                    help=f"each rank rewrites its record at least every S seconds (default {MAX_RECORD_INTERVAL_S:.0f})")
 
 
+_TORCHRUN_ONLY = ("nnodes", "node_rank", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "rdzv_conf", "master_addr",
+                  "master_port", "max_restarts")
+
+
+def _given(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
+    """The options among ``names`` the user gave, as flags."""
+    return ["--" + n.replace("_", "-") for n in names if getattr(args, n, None) not in (None, False)]
+
+
 def dist_mode(args: argparse.Namespace) -> str | None:
-    """"merge", "launch", "rank", or None for an ordinary single-process run."""
+    """"merge", "launch", "rank", "misused" (distributed options on one process), or None."""
     from stave.dist.env import detect
 
     if getattr(args, "merge", None):
@@ -68,6 +85,8 @@ def dist_mode(args: argparse.Namespace) -> str | None:
         return "launch"
     if detect() is not None:
         return "rank"
+    if _given(args, (*_TORCHRUN_ONLY, "standalone", "run_dir", "no_merge", "merge_timeout")):
+        return "misused"
     return None
 
 
@@ -89,18 +108,19 @@ def _validate(args: argparse.Namespace, mode: str) -> None:
         raise UsageError("--profile-steps is for one process; for several ranks record a torch.profiler trace per "
                          "rank and run `stave trace DIR`")
     if not 0 < args.record_interval <= MAX_RECORD_INTERVAL_S:
-        raise UsageError(f"--record-interval must be > 0 and <= {MAX_RECORD_INTERVAL_S:.0f} s, got {args.record_interval}")
+        raise UsageError(f"--record-interval must be > 0 and <= {MAX_RECORD_INTERVAL_S:.0f} s, "
+                         f"got {args.record_interval}")
     if args.merge_timeout is not None and args.merge_timeout < 0:
         raise UsageError(f"--merge-timeout must be >= 0, got {args.merge_timeout}")
     if mode == "merge" and (args.target or args.module):
         raise UsageError("--merge DIR reads a finished run and takes no script")
     if mode != "launch":
-        torchrun_only = [name for name in ("nnodes", "node_rank", "rdzv_backend", "rdzv_endpoint", "rdzv_id",
-                                           "rdzv_conf", "master_addr", "master_port", "max_restarts")
-                         if getattr(args, name) is not None] + (["standalone"] if args.standalone else [])
+        torchrun_only = _given(args, (*_TORCHRUN_ONLY, "standalone"))
         if torchrun_only:
-            flag = "--" + torchrun_only[0].replace("_", "-")
-            raise UsageError(f"{flag} is a torchrun option: give it with --nproc-per-node N")
+            raise UsageError(f"{torchrun_only[0]} is a torchrun option: give it with --nproc-per-node N")
+    if mode == "misused":
+        flag = _given(args, ("run_dir", "no_merge", "merge_timeout"))[0]
+        raise UsageError(f"{flag} is for several processes: add --nproc-per-node N, or run under torchrun/srun")
 
 
 def _outputs(args: argparse.Namespace) -> None:
@@ -115,7 +135,8 @@ def _show(result: Any, args: argparse.Namespace) -> None:
                    flamegraph_path=args.flamegraph, quiet=bool(args.quiet))
 
 
-def _exit_code(got: Any, result: Any, args: argparse.Namespace, failures: dict[int, tuple[int, str]] | None = None) -> int:
+def _exit_code(got: Any, result: Any, args: argparse.Namespace,
+               failures: dict[int, tuple[int, str]] | None = None) -> int:
     """The exit code of the rank that failed first (killed before crashed before interrupted; a
     signal counts as 128+N), as a single run passes its script's code through; else --fail-on."""
     order = {"killed": 0, "crashed": 1, "interrupted": 2}
@@ -172,7 +193,7 @@ def _launch(args: argparse.Namespace) -> int:
     from stave.cli.doctor import _target_from
     from stave.dist import rundir
     from stave.dist.launch import LaunchOptions, launch
-    from stave.dist.merge import collect, merged_result
+    from stave.dist.merge import collect, collect_once, merged_result
 
     opts = LaunchOptions(
         nproc_per_node=str(args.nproc_per_node), nnodes=args.nnodes, node_rank=args.node_rank,
@@ -198,26 +219,33 @@ def _launch(args: argparse.Namespace) -> int:
                   f"records in {run_dir}", highlight=False)
     launch_id = uuid.uuid4().hex[:12]
     outcome = launch(opts, _worker_argv(args, run_dir, target), launch_id)
-    wait_s = (args.merge_timeout if args.merge_timeout is not None else DEFAULT_MERGE_TIMEOUT_S) if opts.multi_node else 0.0
+    wait_s = 0.0
+    if opts.multi_node:
+        now = collect_once(run_dir)
+        if not _merges_here(now, launch_id, args.node_rank):
+            if not args.quiet:
+                err.print(f"stave doctor: this node's ranks are done; the node that ran rank 0 writes the merged "
+                          f"report (or run: stave doctor --merge {run_dir})", highlight=False)
+            mine = [r for r in now.records if r.dist.launch_id == launch_id]
+            codes = [r.run.script_exit_code for r in mine if r.run.script_exit_code]
+            return codes[0] if codes else (1 if outcome.failures else 0)
+        wait_s = args.merge_timeout if args.merge_timeout is not None else DEFAULT_MERGE_TIMEOUT_S
     got = collect(run_dir, wait_s=wait_s)
-    if opts.multi_node and not _merges_here(got, launch_id, args.node_rank):
-        if not args.quiet:
-            err.print(f"stave doctor: this node's ranks are done; the node that ran rank 0 writes the merged "
-                      f"report (or run: stave doctor --merge {run_dir})", highlight=False)
-        mine = [r for r in got.records if r.dist.launch_id == launch_id]
-        codes = [r.run.script_exit_code for r in mine if r.run.script_exit_code]
-        return codes[0] if codes else (1 if outcome.failures else 0)
     result = merged_result(got)
+    if outcome.signal is not None:
+        result.notes.append(f"the launcher received {outcome.signal} and stopped the ranks")
     _show(result, args)
-    return _exit_code(got, result, args, outcome.failures)
+    code = _exit_code(got, result, args, outcome.failures)
+    return code if code or outcome.signal is None else EXIT_INTERRUPTED
 
 
 def _merges_here(got: Any, launch_id: str, node_rank: int | None) -> bool:
-    """The launcher whose workers included rank 0 merges; without rank 0's record, node 0's does."""
+    """The launcher whose workers included rank 0 merges; without rank 0's record, the one given
+    ``--node-rank 0`` does (with c10d rendezvous and no rank 0 record: none, merge with --merge)."""
     for record in got.records:
         if record.run.rank == 0:
-            return record.dist.launch_id == launch_id
-    return node_rank in (None, 0)
+            return bool(record.dist.launch_id == launch_id)
+    return node_rank == 0
 
 
 def _rank(args: argparse.Namespace) -> int:

@@ -180,6 +180,7 @@ class Pipeline:
 
     def __init__(self, name: str, config: str, opener: Callable[[], Any], closer: Callable[[Any], None] | None = None) -> None:
         self.name, self.config, self._opener, self._closer = name, config, opener, closer
+        self.extra: dict[str, Any] = {}
 
     def open(self) -> Any:
         return self._opener()

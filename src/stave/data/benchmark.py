@@ -63,6 +63,17 @@ class Contender:
             "cpu_s_per_image": round(statistics.median(w.cpu_s / w.images for w in self.windows), 6),
             "peak_rss_bytes": max(w.peak_rss_bytes for w in self.windows),
             "windows": len(self.windows),
+            **self._decode_stats(),
+        }
+
+    def _decode_stats(self) -> dict[str, Any]:
+        extra = self.pipeline.extra
+        if not extra.get("samples"):
+            return {}
+        return {
+            "threads": extra["workers"],
+            "reduced_scale_share": round(extra["reduced"] / extra["samples"], 4),
+            "rows_decoded_share": round(extra["rows_decoded"] / extra["rows_total"], 4) if extra["rows_total"] else None,
         }
 
 
@@ -98,7 +109,7 @@ def _prepare(args: argparse.Namespace, err: Console) -> dict[str, Any]:
     for name, opts in (("full", {}), ("max256", {"max_side": MAX_SIDE_PX})):
         dst = root / f"packed-{name}"
         if not (dst / "manifest.json").exists():
-            err.print(f"stave pack {folder} {dst} {'--max-side 256' if opts else ''}")
+            err.print(f"stave pack {folder} {dst} {'--max-side 256' if opts else ''}", soft_wrap=True)
             pack(folder, dst, overwrite=True, **opts)
         packs[name] = dst
     small = root / "jpeg32"
@@ -115,7 +126,7 @@ def _prepare(args: argparse.Namespace, err: Console) -> dict[str, Any]:
         (root / "jpeg32.done").write_text("ok\n")
     raw = root / "packed-raw32"
     if not (raw / "manifest.json").exists():
-        err.print(f"stave pack {small} {raw} --raw")
+        err.print(f"stave pack {small} {raw} --raw", soft_wrap=True)
         pack(small, raw, raw=True, overwrite=True)
     stores = bp.write_stores(files, labels, root)
     mean_bytes = float(np.mean([f.stat().st_size for f in files]))
@@ -125,11 +136,22 @@ def _prepare(args: argparse.Namespace, err: Console) -> dict[str, Any]:
 def _stave_pipeline(name: str, path: Path, args: argparse.Namespace, train: bool = True, size: int | None = None) -> bp.Pipeline:
     from stave.data.loader import ImageLoader
 
+    totals = {"samples": 0, "reduced": 0, "rows_decoded": 0, "rows_total": 0, "workers": 0}
+
     def opener() -> Any:
         loader = ImageLoader(path, args.batch_size, train=train, size=size or args.size, workers="auto", device="cpu", seed=args.seed)
         return bp._EpochLoop(loader)
 
-    return bp.Pipeline(name, "threads=auto", opener, lambda handle: handle.close())
+    def closer(handle: Any) -> None:
+        stats = handle.loader.stats
+        for key in ("samples", "reduced", "rows_decoded", "rows_total"):
+            totals[key] += getattr(stats, key)
+        totals["workers"] = handle.loader.workers
+        handle.close()
+
+    pipeline = bp.Pipeline(name, "threads=auto", opener, closer)
+    pipeline.extra = totals
+    return pipeline
 
 
 def _search(data: dict[str, Any], args: argparse.Namespace, err: Console, timed: int) -> list[dict[str, Any]]:
@@ -162,7 +184,10 @@ def run(args: argparse.Namespace) -> int:
     best = max(search, key=lambda r: r["images_per_s"])["config"]
     err.print(f"best baseline: {best.label}")
     size = args.size
-    tv = lambda train, uint8=False, root=None, s=size: ImageFolder(str(root or data["folder"]), transform=bp.torchvision_transform(s, train, uint8))  # noqa: E731
+
+    def tv(train: bool, uint8: bool = False, root: Path | None = None, s: int = size) -> ImageFolder:
+        return ImageFolder(str(root or data["folder"]), transform=bp.torchvision_transform(s, train, uint8))
+
     contenders = [
         Contender("baseline", bp.dataloader_pipeline("(1) torchvision ImageFolder+PIL, ToTensor+Normalize", tv(True), best, args.batch_size)),
         Contender("pil_to_tensor", bp.dataloader_pipeline("(2) same with PILToTensor (uint8), normalize in main", tv(True, True), best, args.batch_size, uint8=True)),
@@ -234,7 +259,8 @@ def _render(report: dict[str, Any], console: Console) -> None:
     for column in ("pipeline", "config", "images/s", "spread", "x (1)", "CPU-s/img", "peak RSS MB"):
         table.add_column(column, justify="left" if column in ("pipeline", "config") else "right")
     for r in report["results"]:
-        table.add_row(r["pipeline"], r["config"], f"{r['images_per_s']:.0f}", f"{r['images_per_s_min']:.0f}-{r['images_per_s_max']:.0f}", f"{r['images_per_s'] / base:.2f}", f"{r['cpu_s_per_image'] * 1e3:.2f} ms", f"{r['peak_rss_bytes'] / 2**20:.0f}")
+        config = r["config"].replace("auto", f"auto -> {r['threads']}") if "threads" in r else r["config"]
+        table.add_row(r["pipeline"], config, f"{r['images_per_s']:.0f}", f"{r['images_per_s_min']:.0f}-{r['images_per_s_max']:.0f}", f"{r['images_per_s'] / base:.2f}", f"{r['cpu_s_per_image'] * 1e3:.2f} ms", f"{r['peak_rss_bytes'] / 2**20:.0f}")
     ceiling = report["decode_ceiling"]
     table.add_row(f"decode ceiling ({ceiling['binding']}, 1 thread x {ceiling['cores']} cores)", "full decode", f"{ceiling['images_per_s']:.0f}", "", f"{ceiling['images_per_s'] / base:.2f}", "", "")
     console.print(table)

@@ -91,6 +91,7 @@ class _Job:
     slot: int
     indices: np.ndarray
     futures: list[concurrent.futures.Future[None]]
+    out: torch.Tensor
 
 
 class ImageLoader:
@@ -166,9 +167,16 @@ class ImageLoader:
         self._slots: list[torch.Tensor] = []
         self._slot_events: list[Any] = []
         self._pin = dev.is_cuda(self.device) and dev.pin_memory_available()
-        self._device_loader = DeviceLoader(
-            (), self.device, mean, std, channels_last, dtype, on_copied=self._copied
-        )
+        # On a GPU, uint8 travels and the GPU normalizes. On a CPU the host is the device: each decode
+        # thread normalizes its own samples while they are still in cache, straight into the batch.
+        self._host_normalize = not dev.is_cuda(self.device)
+        self._out_dtype = dtype or (torch.float32 if mean is not None else torch.uint8)
+        self._channels_last = channels_last
+        self._host_constants = _host_constants(mean, std, self._out_dtype) if self._host_normalize else None
+        if self._host_normalize:
+            self._device_loader = DeviceLoader((), self.device, None, None, channels_last, None)
+        else:
+            self._device_loader = DeviceLoader((), self.device, mean, std, channels_last, dtype, on_copied=self._copied)
         self._epoch = 0
         self._batches_done = 0
         self.stats = DecodeStats()
@@ -240,12 +248,17 @@ class ImageLoader:
     # -- iteration -----------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        self._device_loader.loader = self._host_batches(self._epoch, self._batches_done)
-        for images, labels in self._device_loader:
-            if self.batch_transform is not None:
-                images, labels = self.batch_transform(images, labels)
-            self._batches_done += 1
-            yield images, labels
+        host = self._host_batches(self._epoch, self._batches_done)
+        self._device_loader.loader = host
+        try:
+            for images, labels in self._device_loader:
+                if self.batch_transform is not None:
+                    images, labels = self.batch_transform(images, labels)
+                self._batches_done += 1
+                yield images, labels
+        finally:
+            # Stop the decode tasks of this pass now (not at garbage collection), before any close().
+            host.close()
         if self._batches_done >= self.spec.num_batches:
             self._epoch += 1
             self._batches_done = 0
@@ -255,7 +268,7 @@ class ImageLoader:
             self._pool = concurrent.futures.ThreadPoolExecutor(
                 self.workers, thread_name_prefix="stave-decode", initializer=serial_torch_in_this_thread
             )
-        if not self._slots:
+        if not self._slots and not self._host_normalize:
             count = self.prefetch_batches + 2  # in flight + the one being copied + slack for the user's
             shape = (self.spec.batch_size, self.size, self.size, 3)
             self._slots = [torch.empty(shape, dtype=torch.uint8, pin_memory=self._pin) for _ in range(count)]
@@ -278,16 +291,22 @@ class ImageLoader:
 
     def _submit(self, epoch: int, batch: int, slot: int, indices: np.ndarray) -> _Job:
         assert self._pool is not None
-        # The slot's previous batch may still be copying to the GPU from this pinned buffer.
-        dev.wait_event(self._slot_events[slot])
-        self._slot_events[slot] = None
+        if not self._host_normalize:
+            # The slot's previous batch may still be copying to the GPU from this pinned buffer.
+            dev.wait_event(self._slot_events[slot])
+            self._slot_events[slot] = None
         boxes, flips = self._boxes(indices, epoch, batch)
-        out = self._slots[slot]
+        if self._host_normalize:
+            # A fresh tensor per batch: the caller owns what it is given, as with torch's DataLoader.
+            memory_format = torch.channels_last if self._channels_last else torch.contiguous_format
+            out = torch.empty((len(indices), 3, self.size, self.size), dtype=self._out_dtype, memory_format=memory_format)
+        else:
+            out = self._slots[slot]
         chunks = np.array_split(np.arange(len(indices)), min(len(indices), self.workers * 2))
         futures = [
             self._pool.submit(self._decode_rows, out, indices, boxes, flips, rows) for rows in chunks if len(rows)
         ]
-        return _Job(epoch, batch, slot, indices, futures)
+        return _Job(epoch, batch, slot, indices, futures, out)
 
     def _decode_rows(self, out: torch.Tensor, indices: np.ndarray, boxes: np.ndarray, flips: np.ndarray, rows: np.ndarray) -> None:
         reduced = rows_decoded = rows_total = 0
@@ -314,7 +333,12 @@ class ImageLoader:
             image, info = decode_jpeg_crop(data, box, self.size, self.size, self._backend, name, self.reduced_decode, flip=flip)
         if self.transform is not None:
             image = self._user_transform(image)
-        out.copy_(image)
+        if self._host_constants is None:
+            out.copy_(image)  # HWC uint8 slot row
+        else:
+            out.copy_(image.permute(2, 0, 1))  # CHW row of the output batch: cast and transpose
+            if self._host_constants[0] is not None:
+                out.mul_(self._host_constants[0]).sub_(self._host_constants[1])
         return info
 
     def _user_transform(self, image: torch.Tensor) -> torch.Tensor:
@@ -331,7 +355,7 @@ class ImageLoader:
         self._ensure_started()
         indices_all = rank_indices(self.spec, epoch)
         total = self.spec.num_batches
-        ring = len(self._slots)
+        ring = max(1, len(self._slots))
         jobs: list[_Job] = []
         next_batch = start
 
@@ -351,15 +375,16 @@ class ImageLoader:
                     future.result()
                 if next_batch < total:
                     submit_next()
-                images = self._slots[job.slot][: len(job.indices)].permute(0, 3, 1, 2)
+                images = job.out if self._host_normalize else job.out[: len(job.indices)].permute(0, 3, 1, 2)
                 labels = torch.from_numpy(self.dataset.labels[job.indices])
+                if self._pin:
+                    labels = labels.pin_memory()  # so its copy is asynchronous too
                 yield _HostBatch(images, labels, job.slot)
         finally:
             # Stopped early (break, error): in-flight tasks still write into the slots.
-            for job in jobs:
-                for future in job.futures:
-                    future.cancel()
-                concurrent.futures.wait(job.futures)
+            # A cancelled future never runs (and is never "done" for wait()); wait only for running ones.
+            running = [future for job in jobs for future in job.futures if not future.cancel()]
+            concurrent.futures.wait(running)
 
     def _measure_workers(self) -> int:
         """Decode a few samples with 1..cores threads and keep the smallest count near the best rate."""
@@ -368,7 +393,11 @@ class ImageLoader:
             return 1
         probe = np.arange(min(AUTO_SAMPLES, len(self.dataset)))
         boxes, flips = self._boxes(probe, 0, 0)
-        out = torch.empty((len(probe), self.size, self.size, 3), dtype=torch.uint8)
+        out = (
+            torch.empty((len(probe), 3, self.size, self.size), dtype=self._out_dtype)
+            if self._host_normalize
+            else torch.empty((len(probe), self.size, self.size, 3), dtype=torch.uint8)
+        )
         rates: dict[int, float] = {}
         for count in range(1, cores + 1):
             with concurrent.futures.ThreadPoolExecutor(count, initializer=serial_torch_in_this_thread) as pool:
@@ -401,6 +430,23 @@ class _HostBatch(tuple):
         obj = super().__new__(cls, (images, labels))
         obj.slot = slot
         return obj
+
+
+def _host_constants(
+    mean: Sequence[float] | None, std: Sequence[float] | None, dtype: torch.dtype
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Per-channel ``1 / (255 std)`` and ``mean / std`` shaped for one CHW sample (None, None: no normalization)."""
+    if mean is None or std is None:
+        if dtype.is_floating_point:
+            raise UsageError("a floating dtype without mean/std would be ambiguous; give mean and std or no dtype")
+        return None, None
+    if any(v == 0 for v in std):
+        raise UsageError(f"std must not contain 0, got {list(std)}")
+    mean64 = torch.tensor(mean, dtype=torch.float64).view(-1, 1, 1)
+    std64 = torch.tensor(std, dtype=torch.float64).view(-1, 1, 1)
+    if mean64.shape[0] != 3 or std64.shape[0] != 3:
+        raise UsageError(f"mean and std need 3 values (RGB), got {len(mean)} and {len(std)}")
+    return (1.0 / (255.0 * std64)).to(dtype), (mean64 / std64).to(dtype)
 
 
 def _resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:

@@ -10,6 +10,7 @@ is grayscale, as in ImageNet. The output depends only on the arguments (seeded).
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,7 @@ class SynthSummary:
     total_bytes: int
 
 
+@functools.lru_cache(maxsize=1)
 def _load_sources() -> tuple[list[np.ndarray], list[np.ndarray]]:
     try:
         import skimage.data as skdata
@@ -104,7 +106,7 @@ def _render(source: np.ndarray, rng: np.random.Generator, long_side: int) -> Ima
         # Mild per-channel gain: the same few photographs should not give identical colour statistics.
         gains = rng.uniform(0.85, 1.15, size=3)
         arr = np.asarray(image, dtype=np.float32) * gains
-        arr += rng.normal(0.0, GRAIN_STD, size=arr.shape).astype(np.float32)
+        arr += rng.standard_normal(size=arr.shape, dtype=np.float32) * np.float32(GRAIN_STD)
         image = Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8))
     return image
 

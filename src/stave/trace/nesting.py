@@ -9,7 +9,7 @@ duration minus its direct children's, which is what ``key_averages()`` reports a
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,14 +30,19 @@ class Tree:
     end: np.ndarray
     thread: np.ndarray
     parent: np.ndarray
+    _bounds: dict[int, tuple[int, int]] | None = field(default=None, repr=False)
 
     def enclosing(self, thread: int, t0: int, t1: int) -> list[int]:
         """Indices (into this tree) of the events on ``thread`` that contain [t0, t1], innermost first."""
-        lo = np.searchsorted(self.thread, thread, side="left")
-        hi = np.searchsorted(self.thread, thread, side="right")
+        if self._bounds is None:
+            cuts = np.flatnonzero(np.diff(self.thread)) + 1
+            los = np.append(0, cuts).tolist()
+            his = np.append(cuts, len(self.thread)).tolist()
+            self._bounds = {int(self.thread[lo]): (lo, hi) for lo, hi in zip(los, his) if hi > lo}
+        lo, hi = self._bounds.get(thread, (0, 0))
         if lo == hi:
             return []
-        j = lo + int(np.searchsorted(self.start[lo:hi], t0, side="right")) - 1
+        j = lo + int(np.searchsorted(self.start[lo:hi], np.int64(t0), side="right")) - 1
         out = []
         while j >= lo:
             if self.end[j] >= t1:
@@ -47,7 +52,7 @@ class Tree:
 
 
 def build_tree(data: TraceData, mask: np.ndarray) -> Tree:
-    """Sort the selected host rows by (thread, start, -end) and find each one's parent."""
+    """Sort the selected host rows by (thread, start, -duration) and find each one's parent."""
     host = data.host
     rows = np.flatnonzero(mask)
     order = np.lexsort((-(host.end[rows] - host.start[rows]), host.start[rows], host.thread[rows]))
@@ -56,20 +61,52 @@ def build_tree(data: TraceData, mask: np.ndarray) -> Tree:
     end = host.end[rows]
     thread = host.thread[rows]
     parent = np.full(len(rows), -1, dtype=np.int64)
-    s_list, e_list, t_list = start.tolist(), end.tolist(), thread.tolist()
-    stack: list[int] = []
-    current = None
-    for i in range(len(rows)):
-        if t_list[i] != current:
-            stack = []
-            current = t_list[i]
-        s = s_list[i]
-        while stack and e_list[stack[-1]] <= s:
-            stack.pop()
-        if stack:
-            parent[i] = stack[-1]
-        stack.append(i)
+    bounds = np.flatnonzero(np.diff(thread)) + 1
+    for lo, hi in zip(np.append(0, bounds).tolist(), np.append(bounds, len(rows)).tolist()):
+        parent[lo:hi] = _offset(_parents(start[lo:hi], end[lo:hi]), lo)
     return Tree(rows, start, end, thread, parent)
+
+
+def _offset(parents: np.ndarray, lo: int) -> np.ndarray:
+    """Parent indices of one thread's slice, shifted to indices of the whole tree."""
+    return np.where(parents >= 0, parents + lo, -1)
+
+
+def _parents(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Parents of events on one thread, sorted by (start, -duration), without a Python loop.
+
+    An event's depth is the number of earlier events still open at its start (``end > start``):
+    ``i`` minus the earlier events already closed. Those closed ones are all events ending at or
+    before the start, less the zero-length events that share the start but sort after ``i``. The
+    parent is then the last earlier event one level up, which for properly nested spans is the
+    innermost one containing it (what a call-stack sweep finds).
+    """
+    n = len(start)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    idx = np.arange(n)
+    closed = np.searchsorted(np.sort(end), start, side="right")
+    # Groups of equal start: the zero-length events of a group sort last within it.
+    new_group = np.ones(n, dtype=bool)
+    new_group[1:] = start[1:] != start[:-1]
+    group_id = np.cumsum(new_group) - 1
+    group_end = np.append(np.flatnonzero(new_group)[1:], n)[group_id]
+    zeros = np.bincount(group_id, weights=(end == start).astype(np.float64)).astype(np.int64)[group_id]
+    zero_at_or_after = np.minimum(zeros, group_end - idx)
+    depth = idx - (closed - zero_at_or_after)
+    parent = np.full(n, -1, dtype=np.int64)
+    order = np.argsort(depth, kind="stable")
+    sorted_depth = depth[order]
+    levels = np.flatnonzero(np.diff(sorted_depth)) + 1
+    groups = np.split(order, levels)
+    by_depth = {int(depth[g[0]]): g for g in groups}
+    for d, members in by_depth.items():
+        above = by_depth.get(d - 1)
+        if d <= 0 or above is None:
+            continue
+        k = np.searchsorted(above, members) - 1
+        parent[members] = np.where(k >= 0, above[np.maximum(k, 0)], -1)
+    return parent
 
 
 @dataclass

@@ -85,33 +85,34 @@ def analyze_syncs(data: TraceData, windows: StepWindows, ops: Tree, frames: Tree
     kernels = gpu.kind == KERNEL
     k_start = np.sort(gpu.start[kernels])
     busy = iv.merge(gpu.start[kernels], gpu.end[kernels])
-    idle_per_step = np.zeros(len(windows), dtype=np.int64)
+    t0 = host.start[rows]
+    t1 = host.end[rows]
+    # Without a later kernel in the step, only the call itself is charged: what follows it
+    # could be anything (data loading, the end of the profiled window).
+    nxt = np.searchsorted(k_start, t1, side="left")
+    if len(k_start):
+        resume = np.where(nxt < len(k_start), k_start[np.minimum(nxt, len(k_start) - 1)], t1)
+    else:
+        resume = t1.copy()
+    resume = np.where(resume > windows.end[step], t1, resume)
+    idle = np.maximum(resume - t0, 0) - (iv.covered_before(busy, np.maximum(resume, t0)) - iv.covered_before(busy, t0))
+    idle_per_step = np.bincount(step, weights=idle.astype(np.float64), minlength=len(windows)).astype(np.int64)
     sites: dict[tuple, list] = {}
-    for r, si in zip(rows.tolist(), step.tolist()):
-        t0, t1 = int(host.start[r]), int(host.end[r])
-        nxt = np.searchsorted(k_start, t1, side="left")
-        # Without a later kernel in the step, only the call itself is charged: what follows it
-        # could be anything (data loading, the end of the profiled window).
-        resume = int(k_start[nxt]) if nxt < len(k_start) else t1
-        if resume > int(windows.end[si]):
-            resume = t1
-        idle = 0
-        if resume > t0:
-            idle = (resume - t0) - int(iv.measure_in(busy, np.array([t0]), np.array([resume]))[0])
-        idle_per_step[si] += idle
+    for k, r in enumerate(rows.tolist()):
         thread = int(host.thread[r])
-        op_chain = ops.enclosing(thread, t0, t1)
+        a, b = int(t0[k]), int(t1[k])
+        op_chain = ops.enclosing(thread, a, b)
         op = data.names[int(host.name[ops.rows[op_chain[-1]]])] if op_chain else None
         frame = None
-        for j in frames.enclosing(thread, t0, t1):
+        for j in frames.enclosing(thread, a, b):
             frame = user_frame(data.names[int(host.name[frames.rows[j]])])
             if frame is not None:
                 break
         key = (data.names[int(host.name[r])], op, *(frame or (None, None, None)))
         entry = sites.setdefault(key, [0, 0, 0])
         entry[0] += 1
-        entry[1] += t1 - t0
-        entry[2] += idle
+        entry[1] += b - a
+        entry[2] += int(idle[k])
     site_list = [
         SyncSite(call, op, file, line, func, n, blocked / 1e9, idle / 1e9)
         for (call, op, file, line, func), (n, blocked, idle) in sites.items()

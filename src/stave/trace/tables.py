@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from stave.errors import FormatError
-from stave.trace.events import Event
+from stave.trace.events import Event, EventArgs
 from stave.trace.reader import ReadStats, TraceReader
 
 log = logging.getLogger(__name__)
@@ -223,20 +223,14 @@ class _Builder:
     def _add_gpu(self, gpu: list[Event]) -> None:
         start = us_to_ns([e.ts for e in gpu])
         dur = us_to_ns([e.dur or 0 for e in gpu])
-        device, stream, corr, nbytes = [], [], [], []
-        for e in gpu:
-            a = e.args
-            if a is None:
-                device.append(e.pid if isinstance(e.pid, int) else -1)
-                stream.append(e.tid if isinstance(e.tid, int) else -1)
-                corr.append(-1)
-                nbytes.append(-1)
-                continue
-            device.append(a.device if a.device is not None else (e.pid if isinstance(e.pid, int) else -1))
-            s = a.stream if isinstance(a.stream, int) else _as_int(a.stream)
-            stream.append(s if s is not None else (e.tid if isinstance(e.tid, int) else -1))
-            corr.append(a.correlation if a.correlation is not None else -1)
-            nbytes.append(a.nbytes if a.nbytes is not None else -1)
+        none = _NO_ARGS
+        args = [e.args or none for e in gpu]
+        # Device and stream from args; Kineto also puts them in pid/tid, the fallback.
+        device = [a.device if a.device is not None else (e.pid if type(e.pid) is int else -1)
+                  for a, e in zip(args, gpu)]
+        stream = [a.stream if type(a.stream) is int else _stream_of(a.stream, e.tid) for a, e in zip(args, gpu)]
+        corr = [a.correlation if a.correlation is not None else -1 for a in args]
+        nbytes = [a.nbytes if a.nbytes is not None else -1 for a in args]
         self.gpu_parts.append(
             (
                 start,
@@ -299,6 +293,17 @@ def _intern(ids: dict[Any, int], keys: list[Any], cap: int, overflow: Any) -> li
                     key = overflow
                 out[i] = ids.setdefault(key, len(ids))
     return out
+
+
+_NO_ARGS = EventArgs()
+
+
+def _stream_of(value: Any, tid: Any) -> int:
+    """A stream id written as a string ("0x0" on ROCm), else the event's tid, else -1."""
+    parsed = _as_int(value)
+    if parsed is not None:
+        return parsed
+    return tid if type(tid) is int else -1
 
 
 def _as_int(value: Any) -> int | None:

@@ -1,7 +1,7 @@
 """stave.train: the optimized training step, short enough to read and usable on its own.
 
 >>> from stave.train import TrainConfig, build_step
->>> step = build_step(model, lambda p: torch.optim.SGD(p, lr=0.1), nn.CrossEntropyLoss(),
+>>> step = build_step(model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1), nn.CrossEntropyLoss(),
 ...                   TrainConfig(precision="bf16", channels_last=True, optimizer_impl="foreach"))
 >>> for images, labels in loader:
 ...     loss = step(images.to(step.device), labels.to(step.device))   # a device tensor: no sync

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import Callable, Iterable
+from typing import Callable
 
 import torch
 
@@ -17,7 +17,8 @@ from stave.errors import UsageError
 
 log = logging.getLogger(__name__)
 
-OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
+# Called with the model (already on its device), so a factory can build parameter groups.
+OptimizerFactory = Callable[[torch.nn.Module], torch.optim.Optimizer]
 
 
 def supported_impls(optimizer: torch.optim.Optimizer) -> tuple[str, ...]:
@@ -38,7 +39,9 @@ def with_impl(optimizer: torch.optim.Optimizer, impl: str) -> torch.optim.Optimi
         raise UsageError(f"{type(optimizer).__name__} has no {impl} implementation; use optimizer_impl='default'")
     flags = {"foreach": impl == "foreach", "fused": impl == "fused"}
     groups = [{**group, **flags} for group in optimizer.param_groups]
-    defaults = {k: v for k, v in optimizer.defaults.items() if k not in flags}
+    accepted = inspect.signature(type(optimizer).__init__).parameters
+    # defaults may hold derived entries the constructor does not take (AdamW's decoupled_weight_decay).
+    defaults = {k: v for k, v in optimizer.defaults.items() if k not in flags and k in accepted}
     try:
         rebuilt = type(optimizer)(groups, **defaults, **flags)
     except (RuntimeError, ValueError, TypeError) as exc:

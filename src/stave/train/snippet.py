@@ -21,6 +21,9 @@ def optimizer_expression(optimizer: torch.optim.Optimizer, impl: str, params: st
     """``torch.optim.X(params, <non-default hyper-parameters>, foreach/fused=True)`` for this optimizer."""
     cls = type(optimizer)
     signature = inspect.signature(cls.__init__).parameters
+    if len(optimizer.param_groups) > 1:
+        # Several groups (e.g. weight decay on matrices only): the user's own groups, unchanged.
+        params = "param_groups"
     args = [params]
     for name, value in optimizer.defaults.items():
         if name in ("foreach", "fused", "differentiable", "capturable") or name not in signature:
@@ -55,6 +58,8 @@ def snippet(
     if config.cudnn_benchmark:
         lines.append("torch.backends.cudnn.benchmark = True  # GPU: time conv algorithms once per shape")
     if optimizer is not None:
+        if len(optimizer.param_groups) > 1:
+            lines.append("# param_groups: your parameter groups, built as before")
         lines.append(f"optimizer = {optimizer_expression(optimizer, config.optimizer_impl)}")
     elif config.optimizer_impl != "default":
         lines.append(f"# build the optimizer with {config.optimizer_impl}=True")

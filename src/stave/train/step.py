@@ -138,9 +138,10 @@ def build_step(
 ) -> TrainStep:
     """Apply ``config`` to ``model`` and its optimizer and return the step to call per batch.
 
-    ``optimizer`` is either a factory called with ``model.parameters()`` (after the model is on its
-    device) or an optimizer already built on this model's parameters; either way it is rebuilt
-    with the requested foreach/fused implementation and the same hyper-parameters.
+    ``optimizer`` is either a factory called with the model (after it is on its device, e.g.
+    ``lambda m: torch.optim.SGD(m.parameters(), lr=0.1)``) or an optimizer already built on this
+    model's parameters; either way it gets the requested foreach/fused implementation with the
+    same hyper-parameters.
     """
     config = config or TrainConfig()
     target = dev.resolve_device(device)
@@ -149,7 +150,7 @@ def build_step(
         model = model.to(memory_format=torch.channels_last)
     if config.cudnn_benchmark:
         dev.set_cudnn_benchmark(True)
-    opt = optimizer if isinstance(optimizer, torch.optim.Optimizer) else optimizer(model.parameters())
+    opt = optimizer if isinstance(optimizer, torch.optim.Optimizer) else optimizer(model)
     opt = with_impl(opt, config.optimizer_impl)
     scaler = torch.amp.GradScaler(target.type) if config.precision == "fp16" else None
     forward: Callable[[Any], Any] = model

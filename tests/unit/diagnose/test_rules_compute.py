@@ -43,7 +43,14 @@ def test_threads_without_probe_is_information_only():
     assert f is not None and f.est_speedup == 1.0 and f.severity == "info"
 
 
-@pytest.mark.parametrize("threads,ratio", [(2, 2.0), (1, None), (None, 2.0), (8, 1.0)])
+def test_threads_without_measured_harm_is_information_only():
+    rec = healthy_record(config=healthy_config(torch_threads=8), probes=probes(threads_speedup=0.9))
+    f = run_rule("THREAD_OVERSUBSCRIPTION", rec)
+    assert f is not None and f.est_speedup == 1.0 and f.severity == "info"
+    assert "no slowdown measured" in f.title
+
+
+@pytest.mark.parametrize("threads,ratio", [(2, 2.0), (1, None), (None, 2.0)])
 def test_threads_quiet(threads, ratio):
     rec = healthy_record(config=healthy_config(torch_threads=threads), probes=probes(threads_speedup=ratio))
     assert run_rule("THREAD_OVERSUBSCRIPTION", rec) is None
@@ -212,6 +219,24 @@ def test_step_outliers_finds_periodic_stall_and_its_line():
     assert f.est_speedup == pytest.approx(mean / 0.1, rel=0.02)
     # The stall lives in 'other', but the typical step is fine: no Python-overhead finding.
     assert run_rule("PYTHON_OVERHEAD", rec) is None
+
+
+def backward_stall_steps(every: int | None):
+    def phases(i: int):
+        p = {"data_wait": 2.0, "forward": 38.0, "backward": 50.0, "optimizer": 6.0, "other": 4.0}
+        stalled = (i % every == every - 1) if every else i in (7, 8, 19, 31, 33)
+        if stalled:
+            p["backward"] = 400.0
+        return p
+
+    return make_steps(phases)
+
+
+def test_step_outliers_in_model_phases_need_a_rhythm():
+    # Irregular stalls in backward: what a busy shared machine produces; periodic ones: the script's.
+    assert run_rule("STEP_OUTLIERS", healthy_record(steps=backward_stall_steps(None))) is None
+    f = run_rule("STEP_OUTLIERS", healthy_record(steps=backward_stall_steps(8)))
+    assert f is not None and f.evidence["period_steps"] == 8 and "backward" in f.title
 
 
 def test_step_outliers_quiet_on_jitter():

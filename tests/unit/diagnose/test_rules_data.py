@@ -25,13 +25,14 @@ def data_bound_steps(wait_ms: float = 60.0):
     return make_steps(lambda i: {"data_wait": wait_ms, "forward": 18.0, "backward": 16.0, "optimizer": 3.0, "other": 3.0})
 
 
-def io_record(run_delay_us: float | None = 100.0, cpu_system_pct: float = 60.0, **worker_kw):
+def io_record(run_delay_us: float | None = 100.0, cpu_system_pct: float | None = 60.0, procs_running=2,
+              **worker_kw):
     """Two workers, 4 ms per sample of which 0.3 ms on-CPU: blocked on reads."""
     steps = data_bound_steps()
     kw = {"opens": 2.0, "read_calls": 4.0, "read_chars": 8192.0, **worker_kw}
     return healthy_record(
         steps=steps,
-        host=host_series(steps, cpu_system_pct=cpu_system_pct, cpu_main_pct=60.0),
+        host=host_series(steps, cpu_system_pct=cpu_system_pct, cpu_main_pct=60.0, procs_running=procs_running),
         workers=[worker(i, PER_WORKER, 4000.0, 300.0, run_delay_us=run_delay_us, **kw) for i in range(2)],
     )
 
@@ -59,13 +60,25 @@ def test_io_bound_not_claimed_when_off_cpu_time_is_queueing_for_a_core():
     assert cpu.evidence["loading_waiting_for_core_share"] > 0.8
 
 
-def test_io_bound_needs_run_delay_or_an_idle_machine():
-    # run_delay hidden: off-CPU counts as blocked only when the machine had idle cores.
-    assert run_rule("DATA_IO_BOUND", io_record(run_delay_us=None, cpu_system_pct=50.0)) is not None
-    assert run_rule("DATA_IO_BOUND", io_record(run_delay_us=None, cpu_system_pct=98.0)) is None
-    steps = data_bound_steps()
-    no_host = io_record(run_delay_us=None)
-    no_host.host = host_series(steps, cpu_system_pct=None, cpu_main_pct=None)
+def test_io_bound_without_run_delay_uses_the_run_queue_bound():
+    # 8 runnable threads on 2 cores: a runnable worker waits at most 3x its 0.3 ms of CPU for a
+    # core, so at least 4 - 0.3 - 0.9 = 2.8 ms of each 4 ms sample was blocked.
+    f = run_rule("DATA_IO_BOUND", io_record(run_delay_us=None, cpu_system_pct=99.0, procs_running=8))
+    assert f is not None
+    assert f.evidence["waiting_for_core_is_upper_bound"] is True
+    assert f.evidence["loading_blocked_share"] == pytest.approx(0.7, abs=0.01)
+    # A worker mostly on-CPU on that machine: its off-CPU time may all be queueing.
+    rec = io_record(run_delay_us=None, cpu_system_pct=99.0, procs_running=8)
+    rec.workers = [worker(i, PER_WORKER, 4000.0, 1600.0, run_delay_us=None) for i in range(2)]
+    assert run_rule("DATA_IO_BOUND", rec) is None
+    assert run_rule("DATA_CPU_BOUND", rec) is not None
+
+
+def test_io_bound_needs_a_scheduler_counter_or_an_idle_machine():
+    # Neither run_delay nor the run queue: off-CPU counts as blocked only with idle cores.
+    assert run_rule("DATA_IO_BOUND", io_record(run_delay_us=None, cpu_system_pct=50.0, procs_running=None)) is not None
+    assert run_rule("DATA_IO_BOUND", io_record(run_delay_us=None, cpu_system_pct=98.0, procs_running=None)) is None
+    no_host = io_record(run_delay_us=None, cpu_system_pct=None, procs_running=None)
     assert run_rule("DATA_IO_BOUND", no_host) is None
 
 

@@ -46,7 +46,7 @@ def test_memory_growth_quiet_on_plateau_noise_and_absence():
     # Allocator noise without a trend.
     assert run_rule("MEMORY_GROWTH", rss_record(lambda i, step: 2_000 * MB + (i * 37 % 11) * MB)) is None
     # A small steady growth below the noise floor.
-    assert run_rule("MEMORY_GROWTH", rss_record(lambda i, step: 2_000 * MB + step * 100_000)) is None
+    assert run_rule("MEMORY_GROWTH", rss_record(lambda i, step: 2_000 * MB + step * 50_000)) is None
     assert run_rule("MEMORY_GROWTH", rss_record(None)) is None
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from stave.trace.analysis import analyze_trace
 from stave.trace.kernels import classify_kernel, short_name
-from trace_synth import annotation, kernel, launched, memcpy, op, pyframe, runtime, step, write_trace
+from trace_synth import annotation, launched, memcpy, op, pyframe, runtime, step, write_trace
 
 US = 1e-6
 
@@ -167,9 +167,36 @@ def test_short_names() -> None:
     assert short_name("Memcpy HtoD (Pinned -> Device)") == "Memcpy HtoD (Pinned -> Device)"
 
 
-def test_tables_are_numpy_int64(analysis) -> None:
-    # Guard against silent float conversion of ns times (precision loss on epoch timestamps).
-    from stave.trace.tables import load_trace  # noqa: F401
+def _stack_parents(start: list[int], end: list[int]) -> list[int]:
+    """Reference: the call-stack sweep (events sorted by start, then longer first)."""
+    parent, stack = [], []
+    for s, e in zip(start, end):
+        while stack and end[stack[-1]] <= s:
+            stack.pop()
+        parent.append(stack[-1] if stack else -1)
+        stack.append(len(parent) - 1)
+    return parent
 
-    assert isinstance(analysis.steps[0].duration_s, float)
-    assert np.int64(1).dtype == np.int64
+
+@pytest.mark.parametrize("seed", range(10))
+def test_vectorized_parents_match_call_stack_sweep(seed: int) -> None:
+    from stave.trace.nesting import _parents
+
+    rng = np.random.default_rng(seed)
+    spans: list[tuple[int, int]] = []
+
+    def grow(lo: int, hi: int, depth: int) -> None:
+        t = lo
+        while t < hi and depth < 6:
+            s = int(rng.integers(t, hi + 1))
+            e = int(rng.integers(s, hi + 1)) if rng.random() > 0.2 else s  # some zero-length events
+            spans.append((s, e))
+            if e > s:
+                grow(s, e, depth + 1)
+            t = e + int(rng.integers(0, 3))
+
+    grow(0, 400, 0)
+    spans.sort(key=lambda p: (p[0], -(p[1] - p[0])))
+    start = np.array([p[0] for p in spans], dtype=np.int64)
+    end = np.array([p[1] for p in spans], dtype=np.int64)
+    assert _parents(start, end).tolist() == _stack_parents(start.tolist(), end.tolist())

@@ -87,3 +87,15 @@ def test_profile_window_records_steps(tmp_path: Path) -> None:
 def test_profile_window_rejects_zero_steps(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         ProfileWindow(tmp_path, 0)
+
+
+def test_profile_window_stopped_early_still_exports(tmp_path: Path) -> None:
+    window = ProfileWindow(tmp_path / "early", steps=10)
+    window.start()
+    x = torch.randn(64, 64)
+    for _ in range(2):
+        (x @ x).sum()
+        window.step()
+    (x @ x).sum()
+    out = window.stop()
+    assert out is not None and analyze_trace(out).step_count >= 2

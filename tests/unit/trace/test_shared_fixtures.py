@@ -3,6 +3,7 @@ independent computation (plain json + Python floats, written separately from sta
 
 from __future__ import annotations
 
+import bisect
 import functools
 import gzip
 import json
@@ -35,7 +36,8 @@ def independent(events: list[dict]) -> dict:
     xs = [e for e in events if e.get("ph") == "X" and "ts" in e]
     end = lambda e: e["ts"] + e.get("dur", 0)  # noqa: E731
     markers = [e for e in xs if e.get("cat") in HOST and e["name"].startswith("ProfilerStep#")]
-    others = [e for e in xs if (e.get("cat") in HOST or e.get("cat") in GPU) and e not in markers]
+    marker_ids = {id(m) for m in markers}
+    others = [e for e in xs if (e.get("cat") in HOST or e.get("cat") in GPU) and id(e) not in marker_ids]
     trace_spans = [e for e in xs if e.get("cat") == "Trace"]
     hi = max(end(e) for e in others)
     if trace_spans:
@@ -50,19 +52,23 @@ def independent(events: list[dict]) -> dict:
         markers = sorted((m for m in markers if m["tid"] == main), key=lambda m: m["ts"])
         launch = {e["args"]["correlation"]: e["ts"] for e in xs
                   if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+        gpu_events = [g for g in xs if g.get("cat") in GPU]
         windows = []
         for i, m in enumerate(markers):
             cpu_end = min(end(m), hi)
-            gpu_end = max((end(g) for g in xs if g.get("cat") in GPU
-                           and m["ts"] <= launch.get(g["args"].get("correlation"), -1) < cpu_end), default=0)
+            gpu_end = max((end(g) for g in gpu_events
+                           if m["ts"] <= launch.get(g["args"].get("correlation"), -1) < cpu_end), default=0)
             nxt = markers[i + 1]["ts"] if i + 1 < len(markers) else hi
             windows.append((m["ts"], min(max(cpu_end, gpu_end), nxt)))
     else:
         windows = [(min(e["ts"] for e in others), hi)]
     windows = [w for w in windows if w[1] > w[0]]
 
+    starts = [a for a, _ in windows]
+
     def inside(t: float) -> bool:
-        return any(a <= t < b for a, b in windows)
+        i = bisect.bisect_right(starts, t) - 1
+        return i >= 0 and t < windows[i][1]
 
     kernels = sorted((g["ts"], end(g)) for g in xs if g.get("cat") == "kernel" and inside(g["ts"]))
     busy = 0.0

@@ -43,9 +43,10 @@ def _needed_workers(lb: LoadingBound) -> int:
 def _common_evidence(lb: LoadingBound) -> dict[str, object]:
     pipe = lb.pipeline
     return {
-        "step_time_s": lb.step_s,
-        "data_wait_s": lb.data_wait_s,
+        "step_time_mean_s": lb.step_s,
+        "data_wait_mean_s": lb.data_wait_s,
         "data_wait_share": lb.data_wait_share,
+        "steady_steps": lb.steady_steps,
         "num_workers": lb.workers,
         "cores_usable": lb.cores,
         "load_wall_s_per_sample": pipe.wall_s_per_sample,
@@ -53,7 +54,9 @@ def _common_evidence(lb: LoadingBound) -> dict[str, object]:
         "load_wall_s_per_step": lb.load_wall_s,
         "compute_wall_s_per_step": lb.compute_wall_s,
         "loading_on_cpu_share": lb.cpu_share,
-        "loading_waiting_for_core_share": lb.run_delay_share,
+        # Measured (schedstat run_delay) or, marked as a bound, derived from the machine's run queue.
+        "loading_waiting_for_core_share": lb.queue_share,
+        "waiting_for_core_is_upper_bound": lb.queue_share_is_bound,
         "loading_blocked_share": lb.blocked_share,
     }
 

@@ -8,7 +8,7 @@ that same handle to every forked worker, which then share one file offset or one
 
 from __future__ import annotations
 
-from stave.analyze.pipeline import summarize_pipeline
+from stave.analyze.loading import epoch_start_steps
 from stave.analyze.stats import median
 from stave.analyze.whatif import speedup
 from stave.diagnose.engine import rule
@@ -22,20 +22,25 @@ from stave.measure.config import LoaderInfo
 FRESH_INTERPRETER_METHODS = ("spawn", "forkserver")
 
 
-def _batch_load_s(inp: DoctorInput, loader: LoaderInfo) -> float:
-    """What a first batch costs with workers already running: one worker loading one batch."""
-    pipe = summarize_pipeline(inp.record)
-    if pipe is not None and pipe.loader.loader_id == loader.loader_id:
-        return pipe.wall_s_per_sample * (loader.batch_size or inp.summary.samples_per_step or 1)
-    # No worker accounts: the steady median wait is the best lower bound of a batch's cost.
-    return inp.summary.phase_median_s.get("data_wait", 0.0)
+def _without_stalls_s(inp: DoctorInput) -> tuple[float, float, int] | None:
+    """(mean step, mean step with each epoch-start step replaced by a typical step, such steps).
+
+    With persistent workers an epoch's first steps cost about what a typical step costs.
+    """
+    counted = inp.record.counted_steps()
+    starts = epoch_start_steps(inp.record)
+    rest = [s.duration_ns / 1e9 for s in counted if s.index not in starts]
+    if not starts or not rest:
+        return None
+    mean = sum(s.duration_ns for s in counted) / 1e9 / len(counted)
+    return mean, (sum(rest) + len(starts) * median(rest)) / len(counted), len(starts)
 
 
 @rule("DATA_WORKER_STARTUP", kind="doctor")
 def data_worker_startup(inp: DoctorInput) -> Finding | None:
     """Each epoch restarts the loader's workers and the first batch waits for them."""
     record, summary = inp.record, inp.summary
-    if summary.steps == 0 or not record.steps:
+    if summary.steps < 2 or not record.steps:
         return None
     best: Finding | None = None
     for loader in record.config.loaders:
@@ -43,17 +48,14 @@ def data_worker_startup(inp: DoctorInput) -> Finding | None:
         waits = loader.first_batch_wait_ns[1:]
         if loader.num_workers == 0 or loader.persistent_workers or restarts < 1 or not waits:
             continue
-        first_wait_s = median([w / 1e9 for w in waits])
-        batch_s = _batch_load_s(inp, loader)
-        excess_s = max(0.0, first_wait_s - batch_s)
-        # Spread the restarts over every step the run took (epochs end whether counted or not).
-        saved_s = excess_s * restarts / len(record.steps)
-        t = summary.step_time_mean_s
-        # Removing the stalls cannot make the mean step faster than the fastest step.
-        t_new = max(t - saved_s, summary.step_time_min_s)
+        times = _without_stalls_s(inp)
+        if times is None:
+            continue
+        t, t_new, stalls = times
         est = speedup(t, t_new)
         if est < REPORT_MIN_SPEEDUP:
             continue
+        first_wait_s = median([w / 1e9 for w in waits])
         method = loader.multiprocessing_context or "fork"
         note = ""
         if method in FRESH_INTERPRETER_METHODS:
@@ -72,17 +74,17 @@ def data_worker_startup(inp: DoctorInput) -> Finding | None:
                 "start_method": method,
                 "iterators_created": loader.iterators_created,
                 "first_batch_wait_s": first_wait_s,
-                "batch_load_s": batch_s,
-                "startup_excess_s": excess_s,
                 "steps_per_epoch": steps_per_epoch,
+                "epoch_start_steps_counted": stalls,
                 "step_time_mean_s": t,
-                "startup_s_per_step": saved_s,
+                "step_time_mean_without_restarts_s": t_new,
             },
             f"{note}{dataloader_call(loader, persistent_workers=True)}",
             explanation=(
                 "persistent_workers=False shuts the workers down at the end of every epoch and starts "
-                "new ones for the next; short epochs pay that start-up often. Estimate on the mean "
-                "step time, since the cost comes as one stall per epoch."
+                "new ones for the next; short epochs pay that start-up often. Estimate on the mean step "
+                "time (the cost comes as one stall per epoch): each epoch's first step costing what a "
+                "typical step costs."
             ),
         )
         if best is None or finding.est_speedup > best.est_speedup:

@@ -12,9 +12,8 @@ from __future__ import annotations
 import statistics
 
 from stave.diagnose.engine import rule
-from stave.diagnose.finding import Finding
+from stave.diagnose.finding import Finding, severity_for_speedup
 from stave.diagnose.rules.trace_common import REPORT_MIN_SPEEDUP, speedup, tidy
-from stave.diagnose.finding import severity_for_speedup
 from stave.measure.ranks import RankTiming
 
 # The others' extra wait must be at least this share of the step: below it, arrival order is

@@ -57,7 +57,21 @@ def thread_oversubscription(inp: DoctorInput) -> Finding | None:
     t_new = scale_phases(summary, {p: ratio for p in THREADED_PHASES})
     est = speedup(summary.step_time_median_s, t_new)
     if est < REPORT_MIN_SPEEDUP:
-        return None
+        # The setting is still a hazard, but on this run it cost nothing measurable (typically: the
+        # machine was busy with other processes, and more threads took a larger share of it).
+        return make_finding(
+            "THREAD_OVERSUBSCRIPTION",
+            1.0,
+            f"torch uses {threads} threads on {cores} usable cores (no slowdown measured on this run: "
+            f"probe ratio {ratio:.2f})",
+            evidence,
+            fix,
+            explanation=(
+                "The probe timed the same matmul with both thread counts and found no gain from fewer "
+                "threads now; on a machine shared with other busy processes extra threads win a larger "
+                "share of it. On a quiet machine oversubscription slows every op: re-run there."
+            ),
+        )
     return make_finding(
         "THREAD_OVERSUBSCRIPTION",
         est,

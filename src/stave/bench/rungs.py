@@ -1,0 +1,224 @@
+"""The rungs of the optimization ladder, in the order they are climbed.
+
+A rung looks at the job, the machine and the configuration kept so far and returns a
+:class:`Plan`: the candidate changes to time and how to search them, or the reason it does not
+apply here. Rungs never time anything themselves; :mod:`stave.bench.ladder` runs the plans.
+
+Search modes: ``single`` (one candidate), ``best`` (each candidate against the current
+configuration, the fastest significant one wins), ``grow`` (candidates in order, each against
+the best so far, stopping at the first that does not help: worker counts, batch sizes) and
+``largest_fit`` (GPU batch size: the largest candidate that does not run out of memory).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from stave import device as dev
+from stave.bench.pipeline import device_loader_class
+from stave.bench.settings import TORCH_LOADER, RunConfig
+from stave.bench.spec import JobSpec
+from stave.train.optim import supported_impls
+from stave.train.precision import best_precision
+
+# Largest batch the batch-size rung tries: beyond this, step time dominates any per-step saving
+# on every device we know, and the learning-rate schedule would need re-tuning anyway.
+MAX_BATCH_SIZE = 4096
+# The batch may not exceed this share of the dataset: an epoch of fewer than four steps is no
+# longer a training loop the throughput of which means anything.
+MAX_BATCH_SHARE_OF_DATASET = 0.25
+# --quick caps the batch at this multiple of the job's own, to keep test runs to seconds.
+QUICK_BATCH_FACTOR = 4
+# Worker counts beyond this are not tried: past it, loaders are bound by shared memory hand-off.
+MAX_WORKERS = 16
+
+
+@dataclass
+class Context:
+    """What rungs may look at: the job, the machine, options and the rungs climbed so far."""
+
+    spec: JobSpec
+    device: torch.device
+    quick: bool
+    image_inputs: bool
+    batch_cap: Callable[[RunConfig], int]
+    results: dict[str, Any] = field(default_factory=dict)
+    _probe: torch.optim.Optimizer | None = None
+
+    def probe_optimizer(self) -> torch.optim.Optimizer:
+        """The job's optimizer built on a fresh model on the CPU, to ask which implementations it has."""
+        if self._probe is None:
+            self._probe = self.spec.optimizer(self.spec.model())
+        return self._probe
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Candidates to time (label, changes) and how to search them, or why the rung is skipped."""
+
+    mode: str = "single"
+    candidates: tuple[tuple[str, dict[str, Any]], ...] = ()
+    skip: str | None = None
+
+    @staticmethod
+    def skipped(reason: str) -> "Plan":
+        """A rung that does not apply here, and why."""
+        return Plan(skip=reason)
+
+
+@dataclass(frozen=True)
+class Rung:
+    """A named step of the ladder. ``pairs_with``: earlier rungs that, when reverted only for
+    speed, are retried together with this one (bf16 convolutions pay on a CPU only in NHWC)."""
+
+    name: str
+    title: str
+    plan: Callable[[Context, RunConfig], Plan]
+    pairs_with: tuple[str, ...] = ()
+
+
+def _powers_of_two_above(start: int, limit: int) -> list[int]:
+    out, value = [], max(1, start * 2) if start else 1
+    while value <= limit:
+        out.append(value)
+        value *= 2
+    return out
+
+
+def plan_workers(ctx: Context, current: RunConfig) -> Plan:
+    """DataLoader worker processes, counted up from the job's own while each count helps."""
+    if current.loader != TORCH_LOADER:
+        return Plan.skipped(f"the {current.loader} loader chooses its own workers")
+    limit = min(dev.usable_cores(), MAX_WORKERS)
+    counts = _powers_of_two_above(current.num_workers, limit)
+    if not counts:
+        return Plan.skipped(f"the job already uses {current.num_workers} workers on {limit} usable cores")
+    return Plan("grow", tuple((f"{n} workers", {"num_workers": n}) for n in counts))
+
+
+def plan_pin_memory(ctx: Context, current: RunConfig) -> Plan:
+    """Pinned host batches and non_blocking copies (GPU)."""
+    if not dev.is_cuda(ctx.device):
+        return Plan.skipped("no GPU (pinning only speeds host-to-GPU copies)")
+    if current.loader != TORCH_LOADER:
+        return Plan.skipped(f"the {current.loader} loader pins its own buffers")
+    if device_loader_class() is None:
+        return Plan.skipped("stave.data.DeviceLoader is not available")
+    return Plan("single", (("pin_memory + non_blocking", {"pin_memory": True}),))
+
+
+def plan_batch_size(ctx: Context, current: RunConfig) -> Plan:
+    """Larger batches: doubling up to the memory cap (GPU: the largest that fits)."""
+    cap = min(ctx.batch_cap(current), MAX_BATCH_SIZE, int(len(ctx.spec.dataset) * MAX_BATCH_SHARE_OF_DATASET))  # type: ignore[arg-type]
+    if ctx.quick:
+        cap = min(cap, ctx.spec.batch_size * QUICK_BATCH_FACTOR)
+    sizes = _powers_of_two_above(current.batch_size, cap)
+    if not sizes:
+        return Plan.skipped(f"batch {current.batch_size} is already at the cap ({cap})")
+    mode = "largest_fit" if dev.is_cuda(ctx.device) else "grow"
+    return Plan(mode, tuple((f"batch {b}", {"batch_size": b}) for b in sizes))
+
+
+def plan_uint8(ctx: Context, current: RunConfig) -> Plan:
+    """Images as uint8 to the device, converted and normalized there."""
+    if current.loader != TORCH_LOADER:
+        return Plan.skipped(f"the {current.loader} loader decides its own transfer format")
+    if ctx.spec.uint8_dataset is None:
+        return Plan.skipped("no uint8 variant of the dataset (JobSpec.uint8_dataset)")
+    if device_loader_class() is None:
+        return Plan.skipped("stave.data.DeviceLoader is not available")
+    return Plan("single", (("uint8 + normalize on device", {"uint8": True}),))
+
+
+def custom_loader_rung(name: str, description: str) -> Rung:
+    """A rung that swaps the input pipeline for the job's custom loader ``name``."""
+
+    def plan(ctx: Context, current: RunConfig) -> Plan:
+        return Plan("single", ((f"loader: {name}", {"loader": name, "uint8": False, "pin_memory": False}),))
+
+    return Rung(f"loader:{name}", description or f"input pipeline: {name}", plan)
+
+
+def plan_set_to_none(ctx: Context, current: RunConfig) -> Plan:
+    """zero_grad(set_to_none=True), when the job passes False."""
+    if current.train.set_to_none:
+        return Plan.skipped("already set_to_none=True (the default since torch 2.0)")
+    return Plan("single", (("zero_grad(set_to_none=True)", {"set_to_none": True}),))
+
+
+def plan_autocast(ctx: Context, current: RunConfig) -> Plan:
+    """Autocast to the device's native reduced precision."""
+    precision, why = best_precision(ctx.device)
+    if precision is None:
+        return Plan.skipped(why)
+    if current.train.precision == precision:
+        return Plan.skipped(f"the job already runs {precision} autocast")
+    return Plan("single", ((f"autocast {precision}", {"precision": precision}),))
+
+
+def plan_channels_last(ctx: Context, current: RunConfig) -> Plan:
+    """NHWC weights and batches for conv nets."""
+    if not ctx.image_inputs:
+        return Plan.skipped("the model has no 2-D convolutions")
+    if current.train.channels_last:
+        return Plan.skipped("already channels_last")
+    return Plan("single", (("channels_last", {"channels_last": True}),))
+
+
+def plan_optimizer(ctx: Context, current: RunConfig) -> Plan:
+    """foreach / fused optimizer implementations, when the optimizer class has them."""
+    probe = ctx.probe_optimizer()
+    impls = [i for i in supported_impls(probe) if i != "default" and i != current.train.optimizer_impl]
+    if not impls:
+        return Plan.skipped(f"{type(probe).__name__} has no foreach or fused implementation")
+    return Plan("best", tuple((f"{type(probe).__name__}({i}=True)", {"optimizer_impl": i}) for i in impls))
+
+
+def plan_compile(ctx: Context, current: RunConfig) -> Plan:
+    """torch.compile of the model (compile time is reported apart)."""
+    if ctx.quick:
+        return Plan.skipped("--quick (inductor takes minutes on a few cores)")
+    if current.train.compile:
+        return Plan.skipped("already compiled")
+    return Plan("single", (("torch.compile", {"compile": True}),))
+
+
+def plan_cuda_graphs(ctx: Context, current: RunConfig) -> Plan:
+    """CUDA graphs: replay the step's kernels without per-kernel launch cost (GPU)."""
+    if not dev.is_cuda(ctx.device):
+        return Plan.skipped("no GPU (graphs remove GPU launch overhead)")
+    return Plan("single", (("CUDA graphs", {"cuda_graphs": True}),))
+
+
+def plan_cudnn_benchmark(ctx: Context, current: RunConfig) -> Plan:
+    """cudnn.benchmark: time convolution algorithms once per shape (GPU, conv nets)."""
+    if not dev.is_cuda(ctx.device):
+        return Plan.skipped("no GPU (cuDNN is GPU-only)")
+    if not ctx.image_inputs:
+        return Plan.skipped("the model has no 2-D convolutions")
+    return Plan("single", (("cudnn.benchmark", {"cudnn_benchmark": True}),))
+
+
+def default_rungs(spec: JobSpec) -> list[Rung]:
+    """The ladder of issue 5, with the job's custom loaders after the uint8 rung."""
+    rungs = [
+        Rung("workers", "DataLoader workers", plan_workers),
+        Rung("pin_memory", "pin_memory + non_blocking", plan_pin_memory),
+        Rung("batch_size", "batch size", plan_batch_size),
+        Rung("uint8", "uint8 + normalize on device", plan_uint8),
+    ]
+    rungs += [custom_loader_rung(c.name, c.description) for c in spec.loaders]
+    rungs += [
+        Rung("set_to_none", "zero_grad(set_to_none=True)", plan_set_to_none),
+        Rung("autocast", "autocast", plan_autocast),
+        Rung("channels_last", "channels_last", plan_channels_last, pairs_with=("autocast",)),
+        Rung("batch_size_again", "batch size again", plan_batch_size),
+        Rung("optimizer", "optimizer foreach/fused", plan_optimizer),
+        Rung("compile", "torch.compile", plan_compile),
+        Rung("cuda_graphs", "CUDA graphs", plan_cuda_graphs),
+        Rung("cudnn_benchmark", "cudnn.benchmark", plan_cudnn_benchmark),
+    ]
+    return rungs

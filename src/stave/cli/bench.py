@@ -1,0 +1,144 @@
+"""``stave bench ladder`` (the optimization ladder) and ``stave bench data`` (the data benchmark).
+
+``stave bench ladder [--workload NAME | --job MODULE:FUNCTION] [--json PATH] [--html PATH]
+[--png PATH] [--steps N] [--quick]`` climbs the ladder and prints one row per rung, the summary
+and the final configuration as code (stdout); progress goes to stderr. Exit codes: 0 ok, 2 bad
+usage or input. ``stave bench data`` is ``stave.data.benchmark`` (see docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable
+
+from stave.cli.common import check_outputs
+from stave.errors import UsageError
+
+# Width of the table when stdout is not a terminal (a file, a pipe, CI logs).
+TABLE_WIDTH = 150
+
+
+def register(sub: Any) -> None:
+    """Add ``bench`` with its ``ladder`` and ``data`` subcommands."""
+    p = sub.add_parser("bench", help="benchmarks on this machine: the optimization ladder, data loading",
+                       description="Benchmarks measured on this machine.")
+    inner = p.add_subparsers(dest="bench_command", metavar="BENCHMARK")
+    inner.required = True
+    ladder = inner.add_parser(
+        "ladder",
+        help="climb the optimization ladder for a workload or your own job",
+        description="Apply each optimization on top of the kept ones; keep it only if it is faster beyond "
+        "the measured noise and its losses match the fp32 reference.",
+    )
+    add_ladder_arguments(ladder)
+    ladder.add_argument("--json", metavar="PATH", help="write the result as JSON (schema stave.bench/1)")
+    ladder.add_argument("--html", metavar="PATH", help="write a self-contained HTML report with the chart")
+    ladder.add_argument("--png", metavar="PATH", help="write the chart as PNG")
+    ladder.add_argument("--quiet", action="store_true", help="no table on stdout and no progress on stderr")
+    ladder.set_defaults(func=run_ladder_command)
+    data = inner.add_parser("data", help="data-loading benchmark (stave.data vs torchvision, LMDB, HDF5)",
+                            description="The stave.data benchmark (docs/benchmarks.md).", add_help=False)
+    data.add_argument("data_args", nargs=argparse.REMAINDER, help="options of the data benchmark (see --help)")
+    data.set_defaults(func=run_data_command)
+
+
+def add_ladder_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared by ``stave bench ladder`` and ``stave tune``."""
+    from stave.bench.workloads import WORKLOADS
+
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--workload", choices=sorted(WORKLOADS), default=None,
+                       help="built-in workload (default: seed-resnet18)")
+    which.add_argument("--job", metavar="MODULE:FUNCTION",
+                       help="your own job: FUNCTION() returns a stave.bench.JobSpec (docs/bench.md)")
+    parser.add_argument("--size", type=int, default=None,
+                        help="image side (seed-resnet18: 64, the seed's original is 224) or block size (gpt-char)")
+    parser.add_argument("--steps", type=int, default=None, metavar="N",
+                        help="minimum steps per timing window (default 2; --quick 1)")
+    parser.add_argument("--window-s", type=float, default=None, metavar="S",
+                        help="minimum seconds per timing window (default 2.0; --quick 0.2)")
+    parser.add_argument("--pairs", type=int, default=None, metavar="N",
+                        help="interleaved windows per configuration, at least 3 (default 4; --quick 3)")
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes, short windows, no torch.compile: seconds to minutes, for a smoke test")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when present)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the initial weights and data order")
+
+
+def ladder_from_args(args: argparse.Namespace, progress: Callable[[str], None]) -> Any:
+    """Build the job and options from parsed arguments and climb the ladder."""
+    from stave.bench.compare import TimingPlan
+    from stave.bench.ladder import LadderOptions, run_ladder
+    from stave.bench.workloads import build_workload, load_job
+
+    if args.size is not None and args.size < 1:
+        raise UsageError(f"--size must be a positive int, got {args.size}")
+    if args.job:
+        if args.size is not None:
+            raise UsageError("--size applies to built-in workloads; size your own job in its spec")
+        spec = load_job(args.job)
+    else:
+        spec = build_workload(args.workload or "seed-resnet18", size=args.size, quick=args.quick)
+    base = LadderOptions.quick_timing() if args.quick else TimingPlan()
+    pairs = args.pairs if args.pairs is not None else base.pairs
+    timing = TimingPlan(
+        warmup_steps=base.warmup_steps,
+        pairs=pairs,
+        max_pairs=max(base.max_pairs, pairs),
+        min_steps=args.steps if args.steps is not None else base.min_steps,
+        min_s=args.window_s if args.window_s is not None else base.min_s,
+    )
+    options = LadderOptions(device=args.device, quick=args.quick, timing=timing, seed=args.seed)
+    return run_ladder(spec, options, progress=progress)
+
+
+def run_ladder_command(args: argparse.Namespace) -> int:
+    """Climb, print the table and the code, write the files asked for."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from stave.files import atomic_write_bytes, atomic_write_json, atomic_write_text
+
+    check_outputs((args.json, "--json"), (args.html, "--html"), (args.png, "--png"))
+    err = Console(stderr=True, highlight=False)
+
+    def progress(message: str) -> None:
+        if not args.quiet:
+            err.print(Text(message, style="dim"))
+
+    result = ladder_from_args(args, progress)
+    if args.json:
+        from stave.bench.report_json import to_json
+
+        atomic_write_json(args.json, to_json(result))
+    if args.html:
+        from stave.bench.report_html import ladder_html
+
+        atomic_write_text(args.html, ladder_html(result))
+    if args.png:
+        from stave.bench.report_html import chart_png
+
+        atomic_write_bytes(args.png, chart_png(result))
+    if not args.quiet:
+        from stave.bench.report_table import ladder_report
+
+        # Piped output gets a fixed width wide enough for the reasons column (rich assumes 80).
+        out = Console(highlight=False, width=None if sys.stdout.isatty() else TABLE_WIDTH)
+        out.print(ladder_report(result))
+        out.print("\nfinal configuration (stave tune prints just this):\n")
+        # Plain print: the code must paste exactly, without rich's wrapping or markup.
+        print(result.code, end="")
+    return 0
+
+
+def run_data_command(args: argparse.Namespace) -> int:
+    """Hand over to ``stave.data.benchmark`` (imported only now, so the ladder works without it)."""
+    try:
+        from stave.data import benchmark
+    except ImportError as exc:
+        raise UsageError(f"stave bench data needs stave.data.benchmark, which is not available: {exc}") from exc
+    parser = argparse.ArgumentParser(prog="stave bench data", description="The stave.data benchmark.")
+    benchmark.add_arguments(parser)
+    data_args = parser.parse_args(args.data_args)
+    return int(benchmark.run(data_args) or 0)

@@ -1,0 +1,60 @@
+"""The doctor names the planted bottleneck as its top finding, on each planted script.
+
+Each script in tests/planted/ is plain PyTorch with one bottleneck (and a ``--fixed`` flag used by
+the estimate benchmark, ``python -m stave.bench.doctor_estimates``). Here each runs under
+``python -m stave doctor --json`` for a few dozen steps; the test reads the JSON report.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from stave.bench.doctor_estimates import PLANTED, PlantedCase
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+# Findings that are about the input pipeline: a healthy script must get none of them.
+INPUT_PIPELINE_IDS = {"DATA_IO_BOUND", "DATA_CPU_BOUND", "DATA_WORKER_STARTUP", "HOST_MEMORY_PRESSURE",
+                      "H2D_PAGEABLE", "H2D_BLOCKING", "BATCH_DTYPE"}
+
+
+def run_doctor(case: PlantedCase, repo_root: Path, tmp_path: Path, python_exe: str, env: dict[str, str]) -> dict:
+    out = tmp_path / f"{case.name}.json"
+    script = repo_root / "tests" / "planted" / f"{case.name}.py"
+    proc = subprocess.run(
+        [python_exe, "-m", "stave", "doctor", "--quiet", "--steps", str(case.doctor_steps), "--json", str(out),
+         str(script)],
+        cwd=repo_root, env=env, capture_output=True, text=True, timeout=850,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("case", [c for c in PLANTED if c.finding is not None], ids=lambda c: c.name)
+def test_planted_bottleneck_is_the_top_finding(case, repo_root, tmp_path, python_exe, stave_env):
+    report = run_doctor(case, repo_root, tmp_path, python_exe, stave_env)
+    findings = report["findings"]
+    ids = [f["id"] for f in findings]
+    assert ids, f"{case.name}: no findings"
+    assert ids[0] == case.finding, f"{case.name}: top finding {ids[0]}, all: {[(f['id'], f['est_speedup']) for f in findings]}"
+    top = findings[0]
+    assert top["fix"].strip()
+    assert top["evidence"]
+    assert (repo_root / top["docs"]).is_file()
+    if top["severity"] != "critical" and top["est_speedup"] == 1.0:
+        # Risk findings carry their own severity; speed findings below 1.05x are never reported.
+        assert top["severity"] in ("info", "warning")
+
+
+def test_healthy_script_gets_no_pipeline_finding_and_no_warning(repo_root, tmp_path, python_exe, stave_env):
+    case = next(c for c in PLANTED if c.name == "healthy")
+    report = run_doctor(case, repo_root, tmp_path, python_exe, stave_env)
+    findings = report["findings"]
+    assert not [f["id"] for f in findings if f["id"] in INPUT_PIPELINE_IDS]
+    assert not [(f["id"], f["est_speedup"]) for f in findings if f["severity"] != "info"]
+    # The breakdown is honest: 'other' (what no phase covers) stays small on a plain loop.
+    assert report["summary"]["breakdown"]["other"] < 0.15
