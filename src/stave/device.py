@@ -171,8 +171,13 @@ class StepClock:
         self.use_events = is_cuda(resolve_device(device)) and cuda_available()
 
     def mark(self) -> Mark:
-        """Take a timestamp now (host) and, on a GPU, enqueue an event."""
-        if self.use_events:
+        """Take a timestamp now (host) and, on a GPU the script is using, enqueue an event.
+
+        No event is recorded before the script has initialized CUDA itself: recording one would
+        create a CUDA context on the default device (on a multi-GPU node, every rank on GPU 0)
+        before the script picks its own. Until then marks are host-only.
+        """
+        if self.use_events and torch.cuda.is_initialized():
             event = torch.cuda.Event(enable_timing=True)
             event.record()
             return Mark(time.perf_counter_ns(), event)

@@ -23,6 +23,11 @@ INPUT_PIPELINE_IDS = {"DATA_IO_BOUND", "DATA_CPU_BOUND", "DATA_WORKER_STARTUP", 
 
 
 def run_doctor(case: PlantedCase, repo_root: Path, tmp_path: Path, python_exe: str, env: dict[str, str]) -> dict:
+    # One OpenMP thread: the suite shares its cores with other tests, and two OpenMP threads on busy
+    # cores make every op wait for a preempted thread (THREAD_OVERSUBSCRIPTION's own mechanism),
+    # slowing the small planted models tenfold and burying their planted cause. The oversubscription
+    # script sets its thread count itself.
+    env = {**env, "OMP_NUM_THREADS": "1"}
     out = tmp_path / f"{case.name}.json"
     script = repo_root / "tests" / "planted" / f"{case.name}.py"
     proc = subprocess.run(

@@ -1,8 +1,9 @@
-"""Planted bottleneck: a checkpoint written in the training loop every 5 steps (expect STEP_OUTLIERS).
+"""Planted bottleneck: a checkpoint written in the training loop every 4 steps (expect STEP_OUTLIERS).
 
 Every ``CHECKPOINT_EVERY`` steps the loop calls ``torch.save`` on the model and optimizer state
 (about 130 MB) before training on: that step stalls while the state is serialized and written.
-The rest of the step is a small batch through a few wide layers.
+The rest of the step is an otherwise healthy one: a batch of 32 through a few wide layers in
+bf16 autocast.
 
 ``--fixed``: the state is copied (fast) and written by a background thread (slow), so the next
 steps train while the file is written; one write at a time.
@@ -21,7 +22,7 @@ from _timing import StepTimer, planted_args
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-CHECKPOINT_EVERY = 5
+CHECKPOINT_EVERY = 4
 
 
 def save_in_background(state: dict, path: str, previous: threading.Thread | None) -> threading.Thread:
@@ -48,7 +49,7 @@ def main() -> None:
     atexit.register(shutil.rmtree, out_dir, True)
     gen = torch.Generator().manual_seed(0)
     dataset = TensorDataset(torch.randn(1024, 2048, generator=gen), torch.randint(0, 10, (1024,), generator=gen))
-    loader = DataLoader(dataset, batch_size=4, shuffle=True)
+    loader = DataLoader(dataset, batch_size=32, shuffle=True)
     model = nn.Sequential(nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
                           nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -58,7 +59,8 @@ def main() -> None:
     path = os.path.join(out_dir, "checkpoint.pt")
     while not timer.done:
         for x, y in loader:
-            loss = criterion(model(x), y)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = criterion(model(x), y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -1,12 +1,16 @@
 """Steps that stall: which phase lost the time, how much, and on what rhythm.
 
 A checkpoint every N steps, a validation pass, a log flush or a garbage-collection pause makes a
-few steps much slower than the rest. The stall lands in one phase (``other`` for a checkpoint,
-``data_wait`` for an epoch start), which is otherwise steady, so outliers are found per phase: a
+few steps much slower than the rest. The stall lands in one phase (``other`` for a checkpoint),
+which is otherwise steady, so outliers are found per phase: a
 step stalls when one of its phases exceeds that phase's median by a good part of a whole step
 *and* by many times the phase's own spread. The median and the median absolute deviation are
 the yardsticks, so the stalls themselves cannot inflate them; a loaded machine's jitter, spread
 over all phases and steps, stays below them.
+
+Waits for data are left out: with several loader workers they alternate between steps by design
+(one batch is ready, the next is late), epoch starts with fresh workers wait on purpose, and the
+input-pipeline findings account for both.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ OUTLIER_MAD_K = 5.0
 MAD_TO_SIGMA = 1.4826
 # Outliers are periodic when this share of the gaps between them is the same number of steps.
 PERIOD_MIN_SHARE = 0.6
+# The phases a stall is looked for in (data waits are the input-pipeline findings', see above).
+STALL_PHASES: tuple[str, ...] = tuple(p for p in PHASES if p != "data_wait")
 
 
 @dataclass
@@ -60,17 +66,17 @@ def find_outliers(steps: Sequence[StepRecord]) -> OutlierSteps:
     """Find the stalled steps among the counted ``steps``."""
     counted = [s for s in steps if s.counted]
     med = median([s.duration_ns / 1e9 for s in counted])
-    out = OutlierSteps(counted=len(counted), median_s=med, excess_by_phase_s={p: 0.0 for p in PHASES})
+    out = OutlierSteps(counted=len(counted), median_s=med, excess_by_phase_s={p: 0.0 for p in STALL_PHASES})
     if len(counted) < 3:
         return out
     limits: dict[str, tuple[float, float]] = {}
-    for p in PHASES:
+    for p in STALL_PHASES:
         values = [s.phase_ns(p) / 1e9 for s in counted]
         p_med = median(values)
         limits[p] = (p_med, p_med + max(OUTLIER_MIN_EXCESS_SHARE * med, OUTLIER_MAD_K * MAD_TO_SIGMA * mad(values)))
     for s in counted:
         stalled = False
-        for p in PHASES:
+        for p in STALL_PHASES:
             value = s.phase_ns(p) / 1e9
             p_med, limit = limits[p]
             if value > limit:

@@ -71,7 +71,7 @@ PLANTED: tuple[PlantedCase, ...] = (
     PlantedCase("oversubscription", "THREAD_OVERSUBSCRIPTION", 30, "median_step_s"),
     PlantedCase("float64_batches", "BATCH_DTYPE", 30, "median_step_s"),
     PlantedCase("tiny_batch", "SMALL_BATCH", 100, "samples_per_s", plain_steps=200),
-    PlantedCase("leaked_graph", "MEMORY_GROWTH", 150, "median_step_s", plain_steps=150),
+    PlantedCase("leaked_graph", "MEMORY_GROWTH", 40, "median_step_s"),
     PlantedCase("checkpoint_stall", "STEP_OUTLIERS", 40, "mean_step_s"),
     PlantedCase("fp32_compute", "NO_MIXED_PRECISION", 30, "median_step_s"),
     PlantedCase("python_loss", "PYTHON_OVERHEAD", 30, "median_step_s"),

@@ -35,6 +35,7 @@ from stave.capture.steps import StepTracker
 from stave.files import atomic_write_json
 from stave.measure.config import ConfigSnapshot, TensorInfo
 from stave.measure.record import RunInfo, RunRecord
+from stave.measure.serialize import to_dict
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,11 @@ DEFAULT_WARMUP = 5
 # The FLOP/op count runs on this warm-up step: step 0 pays one-off costs, and the step-cycle of
 # several optimizers is only known once the first optimizer steps a second time.
 FLOP_COUNT_STEP = 2
+# Periodic records (distributed runs) re-convert only the newest steps, which late-resolved
+# measurements (a collective wait, GPU events) may still amend; older ones are converted once.
+RECENT_STEPS_REBUILT = 64
+# Host samples in a periodic record: an hour at 10 Hz thinned ~9:1; the final record keeps all.
+PERIODIC_HOST_SAMPLES = 4096
 
 
 class StopRun(BaseException):
@@ -111,6 +117,7 @@ class DoctorSession:
         self._stopped = False
         self._record_thread: threading.Thread | None = None
         self._record_stop = threading.Event()
+        self._step_dicts: list[dict[str, Any]] = []
         self.flop_step = FLOP_COUNT_STEP if options.count_flops and self.warmup > FLOP_COUNT_STEP else None
 
     # --- what the hooks report -------------------------------------------------------------------
@@ -348,6 +355,27 @@ class DoctorSession:
             attachment.contribute(record, final=False)
         return record
 
+    def partial_record_dict(self) -> dict[str, Any]:
+        """:meth:`partial_record` as JSON-ready data, built incrementally.
+
+        A periodic write must stay cheap however long the run: steps are converted once (all but
+        the most recent :data:`RECENT_STEPS_REBUILT`, which attachments may still amend, e.g.
+        with a collective wait resolved a few steps late), and host samples are thinned to at most
+        :data:`PERIODIC_HOST_SAMPLES` (the final record keeps them all).
+        """
+        record = self.partial_record()
+        steps, host = record.steps, record.host
+        record.steps, record.host = [], []
+        data = record.to_dict()
+        stable = max(0, len(steps) - RECENT_STEPS_REBUILT)
+        if len(self._step_dicts) > stable:
+            del self._step_dicts[stable:]
+        self._step_dicts.extend(to_dict(s) for s in steps[len(self._step_dicts):stable])
+        data["steps"] = self._step_dicts + [to_dict(s) for s in steps[stable:]]
+        stride = max(1, -(-len(host) // PERIODIC_HOST_SAMPLES))
+        data["host"] = [to_dict(h) for h in host[::stride]]
+        return data
+
     def write_record(self, path: str) -> None:
         """Write the final record (JSON) atomically."""
         atomic_write_json(path, self._record.to_dict(), indent=None)
@@ -358,7 +386,7 @@ class DoctorSession:
         # The first write is immediate, so a rank that dies early still leaves who and where it was.
         while True:
             try:
-                atomic_write_json(path, self.partial_record().to_dict(), indent=None)
+                atomic_write_json(path, self.partial_record_dict(), indent=None)
             except (OSError, ValueError) as exc:
                 log.warning("could not write the periodic record to %s: %s", path, exc)
             except RuntimeError as exc:

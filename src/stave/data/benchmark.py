@@ -11,10 +11,10 @@ ratios taken within each round. Run it as ``stave bench data`` or ``python -m st
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,11 +114,11 @@ def _prepare(args: argparse.Namespace, err: Console) -> dict[str, Any]:
         packs[name] = dst
     small = root / "jpeg32"
     if not (root / "jpeg32.done").exists():
-        for f, label in zip(files, labels):
+        from PIL import Image
+
+        for f in files:
             out = small / f.parent.name / f.name
             out.parent.mkdir(parents=True, exist_ok=True)
-            from PIL import Image
-
             with Image.open(f) as im:
                 side = min(im.size)
                 box = ((im.size[0] - side) // 2, (im.size[1] - side) // 2)
@@ -174,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
     if args.images < args.batch_size * 2:
         raise UsageError(f"--images must be at least two batches ({2 * args.batch_size})")
     check_writable(args.json, "--json")
+    # The search deliberately tries more workers than cores; torch's warning about it is expected.
+    warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
     err = Console(stderr=True)
     data = _prepare(args, err)
     timed = len(data["files"]) // args.batch_size  # one epoch per window: one epoch boundary inside

@@ -34,7 +34,7 @@ from stave import __version__
 from stave.data import format as fmt
 from stave.data.decode import MAX_PIXELS, decode_full, get_backend
 from stave.data.jpeg import is_jpeg, read_jpeg_info
-from stave.data.sources import Source, open_source
+from stave.data.sources import open_source
 from stave.device import usable_cores
 from stave.errors import FormatError, InputError, OutputError
 from stave.files import atomic_write_json

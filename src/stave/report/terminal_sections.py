@@ -166,21 +166,25 @@ def hot_lines_table(hot_lines: list[dict[str, Any]], stack_samples: int) -> Rend
 
 
 def ranks_table(ranks: list[dict[str, Any]]) -> RenderableType:
-    """Every rank side by side: step time, throughput and the breakdown's shares."""
+    """Every rank side by side: step time, throughput, the breakdown's shares, the wait inside
+    collectives and peak memory (GPU where there is one, else the process tree's RSS)."""
     short = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd", "optimizer": "opt",
              "other": "other"}
-    table = _table("rank", "host:pid", "status", "median", "p90", "samples/s", *(short[p] for p in PHASES),
-                   right_from=3, gap=2)
+    table = _table("rank", "host:pid", "status", "median", "samples/s", *(short[p] for p in PHASES),
+                   "comm wait", "peak mem", right_from=3, gap=1)
     table.columns[1].no_wrap = True
+    table.columns[2].no_wrap = True
     for r in ranks:
         st = r["step_time_s"]
+        peak = r.get("peak_cuda_bytes") if r.get("peak_cuda_bytes") is not None else r.get("peak_rss_bytes")
         table.add_row(
             str(r["rank"]),
             Text(dt.rank_host(r)),
             Text(r["status"], style="" if r["status"] == "ok" else "bold red"),
             fmt_seconds(st["median"]),
-            fmt_seconds(st["p90"]),
             fmt_rate(r["samples_per_s"], ""),
             *(fmt_share(r["breakdown"][p]) for p in PHASES),
+            fmt_seconds(r.get("comm_wait_s")),
+            fmt_bytes(peak),
         )
     return table

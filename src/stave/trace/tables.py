@@ -55,13 +55,23 @@ OVERFLOW_NAME = "(other names: name table full)"
 # [memory] events: "Device Type" 1 is CUDA (c10::DeviceType), 0 is CPU.
 CUDA_DEVICE_TYPE = 1
 
+# Timestamps and durations are microseconds; 2**62 ns is year 2116 from the epoch, and a
+# timestamp beyond it would overflow int64 nanoseconds once durations are added.
+MAX_TIME_US = float(2**62 // 1000)
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _SKIPPED_PHASES = frozenset({"X", "s", "f", "t"})
 
 
-def us_to_ns(values: list[Any]) -> np.ndarray:
-    """Microsecond timestamps (int or float) to int64 nanoseconds, exact for integers below 2**53."""
+def dur_to_ns(values: list[Any]) -> np.ndarray:
+    """Microsecond durations to int64 ns, negative ones as 0 and absurd ones capped at MAX_TIME_US."""
     if not values:
+        return np.zeros(0, dtype=np.int64)
+    return us_to_ns(np.clip(np.asarray(values, dtype=np.float64), 0, MAX_TIME_US))
+
+
+def us_to_ns(values: Any) -> np.ndarray:
+    """Microsecond timestamps (int or float) to int64 nanoseconds, exact for integers below 2**53."""
+    if len(values) == 0:
         return np.zeros(0, dtype=np.int64)
     arr = np.asarray(values, dtype=np.float64)
     whole = np.floor(arr)
@@ -157,15 +167,20 @@ class _Builder:
             # Flow arrows ("s"/"f") are a third of a GPU trace and carry nothing stave reads.
             self._add_other([e for e in events if e.ph not in _SKIPPED_PHASES])
         timed = [e for e in xs if e.ts is not None]
+        if timed:
+            ts = np.fromiter((e.ts for e in timed), dtype=np.float64, count=len(timed))
+            ok = np.abs(ts) < MAX_TIME_US
+            if not ok.all():
+                # Times no clock produces (they would overflow int64 nanoseconds): not usable.
+                timed = [e for e, keep in zip(timed, ok.tolist()) if keep]
         self.skipped_no_time += len(xs) - len(timed)
         host = [e for e in timed if e.cat in HOST_CATS]
         gpu = [e for e in timed if e.cat in GPU_CATS]
         if len(host) + len(gpu) != len(timed):
-            for e in timed:
-                if e.cat == "Trace":
-                    start = us_to_ns([e.ts])[0]
-                    self.profiler_span.append(int(start))
-                    self.profiler_span.append(int(start + us_to_ns([e.dur or 0])[0]))
+            # The profiler's own "Trace" span: where recording started and stopped.
+            for e in [e for e in timed if e.cat == "Trace"]:
+                start = int(us_to_ns([e.ts])[0])
+                self.profiler_span += [start, start + int(dur_to_ns([e.dur or 0])[0])]
         if host:
             self._add_host(host)
         if gpu:
@@ -188,7 +203,7 @@ class _Builder:
 
     def _add_host(self, host: list[Event]) -> None:
         start = us_to_ns([e.ts for e in host])
-        dur = us_to_ns([e.dur or 0 for e in host])
+        dur = dur_to_ns([e.dur or 0 for e in host])
         pids = {e.pid for e in host}
         # One process (the usual case): thread keys without building a tuple per event.
         keys = [(next(iter(pids)), t) for t in {e.tid for e in host}] if len(pids) == 1 else None
@@ -212,7 +227,7 @@ class _Builder:
         self.host_parts.append(
             (
                 start,
-                start + np.maximum(dur, 0),
+                start + dur,
                 np.asarray(thread, dtype=np.int32),
                 np.asarray(self._names([e.name for e in host]), dtype=np.int32),
                 np.asarray(cats, dtype=np.int8),
@@ -222,7 +237,7 @@ class _Builder:
 
     def _add_gpu(self, gpu: list[Event]) -> None:
         start = us_to_ns([e.ts for e in gpu])
-        dur = us_to_ns([e.dur or 0 for e in gpu])
+        dur = dur_to_ns([e.dur or 0 for e in gpu])
         none = _NO_ARGS
         args = [e.args or none for e in gpu]
         # Device and stream from args; Kineto also puts them in pid/tid, the fallback.
@@ -234,7 +249,7 @@ class _Builder:
         self.gpu_parts.append(
             (
                 start,
-                start + np.maximum(dur, 0),
+                start + dur,
                 np.asarray(device, dtype=np.int32),
                 np.asarray(stream, dtype=np.int64),
                 np.asarray(self._names([e.name for e in gpu]), dtype=np.int32),

@@ -37,7 +37,7 @@ class IndexedImages:
         base = np.asarray(photo())
         rng = np.random.default_rng(seed)
         self.items = []
-        for i in range(count):
+        for _ in range(count):
             w, h = int(rng.integers(40, 90)), int(rng.integers(40, 90))
             x, y = int(rng.integers(0, base.shape[1] - w)), int(rng.integers(0, base.shape[0] - h))
             self.items.append(np.ascontiguousarray(base[y : y + h, x : x + w]))

@@ -138,3 +138,12 @@ def test_microsecond_to_ns_keeps_precision(tmp_path: Path) -> None:
     data = load_trace(write_trace(tmp_path / "t.json", events))
     assert sorted(data.host.start.tolist()) == [big * 1000, big * 1000 + 500]
     assert sorted((data.host.end - data.host.start).tolist()) == [1250, 3_154_000]
+
+
+def test_absurd_times_are_skipped_not_overflowed(tmp_path: Path) -> None:
+    events = [step(1, 0, 100), op("ok", 1, 5), op("far future", 1e300, 5), op("huge", 2, 1e300),
+              op("negative duration", 3, -7)]
+    data = load_trace(write_trace(tmp_path / "t.json", events))
+    assert data.skipped_no_time == 1
+    assert (data.host.end >= data.host.start).all()
+    assert int(data.host.end.max()) < 2**63 - 1

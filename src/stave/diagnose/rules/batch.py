@@ -29,9 +29,9 @@ H2D_MIN_SHARE = 0.05
 # The batch growth the estimate assumes: the usual first step up, well inside the range where the
 # linear learning-rate scaling rule is known to hold (Goyal et al. 2017 go to 32x).
 SMALL_BATCH_GROWTH = 4
-# Below a fifth of the step fixed, a 4x batch buys under 1.18x: less than retuning the learning
-# rate for a bigger batch costs.
-SMALL_BATCH_MIN_FIXED_SHARE = 0.2
+# A third of the step fixed: a 4x batch then buys at least 1.33x, enough to pay for retuning the
+# learning rate (and the convergence risk) a 4x batch brings; below it the change is not worth that.
+SMALL_BATCH_MIN_FIXED_SHARE = 1 / 3
 # On a GPU the batch can only grow into free memory; keep this share of it for fragmentation and
 # the allocator's cache.
 GPU_MEMORY_USABLE_SHARE = 0.9

@@ -3,8 +3,8 @@
 ``other`` is the part of the step no measured phase covers: a loss computed element by element in
 a Python loop, metrics, logging. When it is a large share of the typical step, the stack samples
 name the lines. Each tensor op issued from such a loop pays a fixed dispatch cost, and each
-differentiable one adds an autograd node that backward replays one by one; whole-tensor ops pay
-that once.
+differentiable one adds an autograd node that backward replays one by one (a per-sample slice's
+node even builds a full-size gradient); whole-tensor ops pay that once.
 """
 
 from __future__ import annotations
@@ -17,12 +17,32 @@ from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
 from stave.diagnose.rules._helpers import LINE_MIN_SHARE, REPORT_MIN_SPEEDUP, counted_indices, make_finding
 
-# The issue's bound for an honest breakdown: below this share, ``other`` is the loop's own
+# The loop's Python and the backward work it causes take at least this share of the step (the
+# issue's bound for the 'other' part of an honest breakdown); below it they are the loop's own
 # bookkeeping (iteration, a few scalar ops), not something to rewrite.
-OTHER_MIN_SHARE = 0.15
+MIN_SHARE = 0.15
 # Fewer samples than this in ``other`` (0.2 s at 50 Hz) cannot say which line holds the time:
 # a line's share would be off by more than 15% either way.
 MIN_STACK_SAMPLES = 10
+
+
+def _backward_replay_s(inp: DoctorInput, hot_share: float) -> float | None:
+    """Backward time spent replaying the autograd nodes the hot lines recorded, or None if unknown.
+
+    Backward time is FLOP work (the counted matmul/conv FLOPs of backward at the probe's fp32 rate)
+    plus per-node work; one node is recorded per op in forward, so the per-node part is split
+    between the model and the loop by their op counts.
+    """
+    record, summary = inp.record, inp.summary
+    ops = record.config.aten_ops_by_phase
+    loop_ops = ops.get("other", 0)
+    rate = record.probes.fp32_matmul_flops_per_s
+    if not loop_ops or not rate:
+        return None
+    backward = phase_s(summary, "backward")
+    flop_time = record.config.flops_by_phase.get("backward", 0) / rate
+    per_node = max(0.0, backward - flop_time)
+    return per_node * loop_ops / (loop_ops + ops.get("forward", 0)) * hot_share
 
 
 @rule("PYTHON_OVERHEAD", kind="doctor")
@@ -34,9 +54,6 @@ def python_overhead(inp: DoctorInput) -> Finding | None:
         return None
     # Medians, so occasional stalls (checkpoints: STEP_OUTLIERS) do not make up a Python problem.
     other = min(summary.phase_median_s.get("other", 0.0), t)
-    share = other / t
-    if share < OTHER_MIN_SHARE:
-        return None
     slow = set(find_outliers(record.steps).indices)
     steps = [i for i in counted_indices(record) if i not in slow]
     if record.stacks.sample_count(steps, "other") < MIN_STACK_SAMPLES:
@@ -45,24 +62,20 @@ def python_overhead(inp: DoctorInput) -> Finding | None:
     if not lines:
         return None
     hot_share = min(1.0, sum(h.share for h in lines))
-    saved = other * hot_share
+    replay = _backward_replay_s(inp, hot_share)
+    saved = other * hot_share + (replay or 0.0)
+    if saved / t < MIN_SHARE:
+        return None
     evidence: dict[str, object] = {
         "step_time_s": t,
         "other_s": other,
-        "other_share": share,
+        "other_share": other / t,
         "hot_lines": {h.label: h.share for h in lines},
         "hot_lines_share_of_other": hot_share,
         "aten_ops_in_other": record.config.aten_ops_by_phase.get("other"),
-        "op_overhead_ns": record.probes.op_overhead_ns,
+        "aten_ops_in_forward": record.config.aten_ops_by_phase.get("forward"),
+        "backward_replay_s": replay,
     }
-    ops = record.config.aten_ops_by_phase.get("other")
-    overhead = record.probes.op_overhead_ns
-    if ops and overhead:
-        # Backward runs one autograd node per differentiable op the loop issued, each paying about
-        # one dispatch; bounded by the backward phase itself.
-        replay = min(phase_s(summary, "backward"), ops * overhead / 1e9 * hot_share)
-        saved += replay
-        evidence["backward_replay_s"] = replay
     est = speedup(t, t - saved)
     if est < REPORT_MIN_SPEEDUP:
         return None
@@ -70,7 +83,8 @@ def python_overhead(inp: DoctorInput) -> Finding | None:
     return make_finding(
         "PYTHON_OVERHEAD",
         est,
-        f"{share:.0%} of the step is Python outside the model; {top.share:.0%} of it at {top.label} ({top.function})",
+        f"{saved / t:.0%} of the step is Python outside the model and the backward it causes; "
+        f"{top.share:.0%} of that Python at {top.label} ({top.function})",
         evidence,
         f"""# {top.label}: replace the per-element Python loop with whole-tensor ops, e.g.
 #   for i in range(len(y)): loss = loss + F.cross_entropy(out[i:i+1], y[i:i+1])
@@ -79,7 +93,7 @@ loss = F.cross_entropy(out, y, reduction="sum")
 # (or wrap the function in torch.compile when it cannot be written with batched ops)""",
         explanation=(
             "Estimate: the median 'other' time at the hot lines removed, plus the backward replay of "
-            "the autograd nodes those lines recorded (ops x measured per-op overhead)."
+            "the autograd nodes those lines recorded (backward's non-FLOP time split by op counts)."
         ),
         lines=[h.label for h in lines],
     )

@@ -1,15 +1,13 @@
 """STEP_OUTLIERS: a few steps far slower than the rest, often on a rhythm (checkpoints, logging).
 
 The stall's phase says what it is: ``other`` is code outside the model, loader and optimizer
-(``torch.save``, a metrics flush, a validation pass); ``data_wait`` at epoch starts is worker
-start-up, which DATA_WORKER_STARTUP explains, so it is left to that rule. The stack samples of
-the slow steps name the line.
+(``torch.save``, a metrics flush, a validation pass). Waits for data are the input-pipeline
+findings' (DATA_WORKER_STARTUP for epoch starts). The stack samples of the slow steps name the line.
 """
 
 from __future__ import annotations
 
 from stave.analyze.hotlines import hot_lines
-from stave.analyze.loading import epoch_start_steps
 from stave.analyze.outliers import find_outliers
 from stave.analyze.whatif import speedup
 from stave.diagnose.engine import rule
@@ -33,11 +31,6 @@ _PHASE_FIX = {
         "    threading.Thread(target=torch.save, args=(snapshot, path), daemon=False).start()\n"
         "# (torch.distributed.checkpoint.async_save does the same for sharded state), or save less often"
     ),
-    "data_wait": (
-        "# A periodic slow batch: look for a sample or shard that is much larger or on slower\n"
-        "# storage, or raise prefetch_factor so one slow batch hides behind the others:\n"
-        "loader = DataLoader(dataset, ..., num_workers=N, prefetch_factor=4, persistent_workers=True)"
-    ),
     "forward": (
         "# Slow forwards on a rhythm: shapes that change (recompilation with torch.compile, cuDNN\n"
         "# autotuning a new shape): pad to a few fixed shapes, or mark dims dynamic:\n"
@@ -49,12 +42,6 @@ _PHASE_FIX = {
 }
 
 
-def _startup_explains(inp: DoctorInput, indices: list[int]) -> bool:
-    """Data-wait stalls at epoch starts with non-persistent workers are DATA_WORKER_STARTUP's."""
-    starts = epoch_start_steps(inp.record)
-    return bool(starts) and sum(1 for i in indices if i in starts) >= len(indices) / 2
-
-
 @rule("STEP_OUTLIERS", kind="doctor")
 def step_outliers(inp: DoctorInput) -> Finding | None:
     """Some steps take a multiple of the median step; the stall is removed from the mean."""
@@ -63,8 +50,6 @@ def step_outliers(inp: DoctorInput) -> Finding | None:
     if len(out.indices) < OUTLIER_MIN_COUNT:
         return None
     phase = out.dominant_phase() or "other"
-    if phase == "data_wait" and _startup_explains(inp, out.indices):
-        return None
     if phase in MODEL_PHASES and out.period_steps is None:
         return None
     t = summary.step_time_mean_s
