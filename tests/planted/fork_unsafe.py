@@ -3,7 +3,8 @@
 The dataset opens its data file once, in ``__init__``, and reads records with ``seek`` + ``read``.
 The two forked loader workers inherit that one open file description, with one shared offset:
 a seek in one worker moves the other's read, and samples come back wrong without any error. The
-run is otherwise healthy (bf16 autocast, cheap reads), so the finding is about correctness.
+run is otherwise healthy (bf16 autocast, reads that hide behind the compute), so the finding is
+about correctness.
 
 ``--fixed``: the file is opened lazily, once per worker, on first use.
 """
@@ -59,7 +60,7 @@ def main() -> None:
     count = 4096
     dataset = RecordFile(write_records(count), count, lazy=args.fixed)
     loader = DataLoader(dataset, batch_size=128, shuffle=True, num_workers=2, persistent_workers=True)
-    model = nn.Sequential(nn.Linear(FEATURES, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(), nn.Linear(1024, 10))
+    model = nn.Sequential(nn.Linear(FEATURES, 2048), nn.GELU(), nn.Linear(2048, 2048), nn.GELU(), nn.Linear(2048, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     criterion = nn.CrossEntropyLoss()
     timer = StepTimer(args.steps, args.warmup)

@@ -32,6 +32,7 @@ class Trial:
     data_wait_share: float | None = None
     peak_mem_bytes: int | None = None
     max_loss_dev: float | None = None
+    output_dev: float | None = None
     loss_passed: bool | None = None
     compile_s: float | None = None
     window_rates: list[float] = field(default_factory=list)

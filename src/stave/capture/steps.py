@@ -45,7 +45,6 @@ class _PendingStep:
     start: Mark
     end: Mark
     spans: list[_Span] = field(default_factory=list)
-    comm_wait_ns: int = 0
     warmup: bool = False
     profiled: bool = False
     flop_counted: bool = False
@@ -75,7 +74,6 @@ class StepTracker:
         self._cycle_seen: set[int] = set()
         self._cycle_count = 0
         self._last_post: Mark | None = None
-        self._pending_comm_ns = 0
         self.classify: Callable[[int], tuple[bool, bool, bool]] = lambda index: (False, False, False)
         self.on_step_end: Callable[[int], None] = lambda index: None
 
@@ -135,10 +133,6 @@ class StepTracker:
             self._cycle_count = 0
             self._close(self._last_post)
 
-    def add_comm_wait(self, ns: int) -> None:
-        """Time the current step spent waiting inside a collective (distributed runs)."""
-        self._pending_comm_ns += ns
-
     def finish(self) -> None:
         """At the end of the run: resolve what the GPU has finished (caller synchronizes first).
 
@@ -153,9 +147,7 @@ class StepTracker:
         mine = [s for s in self._spans if s.start.host_ns < end.host_ns]
         self._spans = [s for s in self._spans if s.start.host_ns >= end.host_ns]
         warmup, profiled, flop = self.classify(index)
-        pending = _PendingStep(index, self._step_start, end, mine, self._pending_comm_ns,
-                               warmup, profiled, flop)
-        self._pending_comm_ns = 0
+        pending = _PendingStep(index, self._step_start, end, mine, warmup, profiled, flop)
         self._pending.append(pending)
         self._step_start = end
         self.step_index = index + 1
@@ -179,7 +171,6 @@ class StepTracker:
             index=p.index,
             start_ns=p.start.host_ns,
             end_ns=p.start.host_ns + self.clock.elapsed_ns(p.start, p.end),
-            comm_wait_ns=p.comm_wait_ns,
             warmup=p.warmup,
             profiled=p.profiled,
             flop_counted=p.flop_counted,

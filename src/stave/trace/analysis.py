@@ -16,7 +16,7 @@ import numpy as np
 
 from stave.analyze.stats import median, percentile
 from stave.trace import intervals as iv
-from stave.trace.breakdown import StepBreakdown, cpu_breakdown, gpu_breakdown, name_mask
+from stave.trace.breakdown import StepBreakdown, cpu_breakdown, gpu_breakdown, kernel_groups, name_mask
 from stave.trace.gpu import GpuSummary, analyze_gpu
 from stave.trace.kernels import is_comm_name
 from stave.trace.launches import LaunchBound, launch_bound, launch_info
@@ -171,8 +171,6 @@ def _collective_per_step(data: TraceData, windows: StepWindows) -> float:
     if len(windows) == 0:
         return 0.0
     if len(data.gpu):
-        from stave.trace.breakdown import kernel_groups
-
         comm = kernel_groups(data)
         spans = iv.merge(data.gpu.start[comm], data.gpu.end[comm])
     else:

@@ -330,67 +330,79 @@ class TraceReader:
     def _exact(self, buf: _Buffer, target: int, top_level: bool) -> tuple[list[Event], bool]:
         """Read events one by one with the exact scanner until past ``target`` or the array's end.
 
-        Returns the events and whether the array ended.
+        Returns the events and whether the array ended. Work is linear in the bytes read: the
+        window is decoded to text once and walked by index, and the byte position advances by the
+        UTF-8 length of each event's own text.
         """
         raw: list[Any] = []
         while True:
-            text = buf.buf[buf.pos :].decode("utf-8", "surrogateescape")
-            i = 0
+            text = bytes(buf.buf[buf.pos :]).decode("utf-8", "surrogateescape")
+            ascii_text = text.isascii()
             n = len(text)
+            base = buf.offset  # absolute byte offset of text[0]
+            done_chars = 0  # text[:done_chars] is consumed (whole events and their separators)
+            done_bytes = 0
+
+            def at(chars: int) -> int:
+                """Absolute byte offset of character index ``chars`` (chars >= done_chars)."""
+                if ascii_text:
+                    return base + chars
+                return base + done_bytes + len(text[done_chars:chars].encode("utf-8", "surrogateescape"))
+
+            i = 0
             while True:
                 while i < n and text[i] in " \t\r\n":
                     i += 1
                 if i >= n:
                     break
+                index = self.stats.events + len(raw)
                 if text[i] != "{":
-                    raise self._error("expected an event object", buf.offset + _nbytes(text, i), self.stats.events + len(raw))
+                    raise self._error("expected an event object", at(i), index)
                 try:
                     obj, j = _SCANNER.raw_decode(text, i)
                 except json.JSONDecodeError as exc:
                     if not buf.eof:
                         break  # the event continues past the window: read more
-                    at = buf.offset + _nbytes(text, exc.pos)
                     if exc.pos >= n - 1 or "Unterminated" in exc.msg:
-                        raise self._error(
-                            "the file ends inside an event (truncated trace?)", at, self.stats.events + len(raw)
-                        ) from exc
-                    raise self._error(f"malformed JSON ({exc.msg})", at, self.stats.events + len(raw)) from exc
+                        raise self._error("the file ends inside an event (truncated trace?)", at(exc.pos), index) from exc
+                    raise self._error(f"malformed JSON ({exc.msg})", at(exc.pos), index) from exc
                 except RecursionError as exc:
-                    raise self._error("JSON nested too deeply", buf.offset, self.stats.events + len(raw)) from exc
-                raw.append(obj)
+                    raise self._error("JSON nested too deeply", at(i), index) from exc
                 k = j
                 while k < n and text[k] in " \t\r\n":
                     k += 1
                 if k >= n and not buf.eof:
-                    raw.pop()  # cannot tell ',' from ']' yet: read this event again with more data
-                    break
-                consumed = _nbytes(text, k)
-                if k < n and text[k] == ",":
-                    buf.pos += consumed + 1
-                    text = text[k + 1 :]
-                    n = len(text)
-                    i = 0
-                    if buf.offset >= target:
+                    break  # cannot tell ',' from ']' yet: read this event again with more data
+                raw.append(obj)
+                if k < n and text[k] in ",]":
+                    # Consume the event and its separator.
+                    done_bytes = at(k + 1) - base
+                    done_chars = k + 1
+                    if text[k] == "]":
+                        buf.pos = buf.pos + done_bytes
+                        return self._finish_exact(raw), True
+                    i = k + 1
+                    if base + done_bytes >= target:
+                        buf.pos = buf.pos + done_bytes
                         return self._finish_exact(raw), False
                     continue
-                if k < n and text[k] == "]":
-                    buf.pos += consumed + 1
-                    return self._finish_exact(raw), True
                 if k >= n and top_level:
-                    buf.pos += consumed
+                    buf.pos = buf.pos + (at(k) - base)
                     return self._finish_exact(raw), True
                 if k >= n:
-                    raise self._error("the file ends inside 'traceEvents' (truncated trace?)", buf.offset + consumed)
-                raise self._error("expected ',' or ']' after an event", buf.offset + consumed, self.stats.events + len(raw))
+                    raise self._error("the file ends inside 'traceEvents' (truncated trace?)", at(k))
+                raise self._error("expected ',' or ']' after an event", at(k), index)
+            buf.pos = buf.pos + done_bytes
             if buf.eof:
                 if top_level:
                     return self._finish_exact(raw), True
                 raise self._error("the file ends inside 'traceEvents' (truncated trace?)", buf.offset)
-            if buf.available() >= MAX_EVENT_BYTES:
-                raise self._error(f"an event is larger than {MAX_EVENT_BYTES >> 20} MB", buf.offset, self.stats.events + len(raw))
-            buf.fill(buf.available() + CHUNK_BYTES)
             if raw:
                 return self._finish_exact(raw), False
+            if buf.available() >= MAX_EVENT_BYTES:
+                raise self._error(f"an event is larger than {MAX_EVENT_BYTES >> 20} MB", buf.offset,
+                                  self.stats.events)
+            buf.fill(buf.available() + CHUNK_BYTES)
 
     def _finish_exact(self, raw: list[Any]) -> list[Event]:
         events = self._lenient(raw)

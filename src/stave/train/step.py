@@ -102,7 +102,8 @@ class TrainStep:
         self.scaler = scaler
         self._graphed = False
 
-    def _prepare(self, inputs: Any) -> Any:
+    def prepare_inputs(self, inputs: Any) -> Any:
+        """Inputs in the memory format the configured model expects (NHWC with channels_last)."""
         if self.config.channels_last and isinstance(inputs, torch.Tensor) and inputs.dim() == 4:
             # A no-op when the loader already delivers NHWC batches.
             inputs = inputs.contiguous(memory_format=torch.channels_last)
@@ -110,7 +111,7 @@ class TrainStep:
 
     def __call__(self, inputs: Any, targets: torch.Tensor) -> torch.Tensor:
         """Run one step; returns the loss as a device tensor (no SYNC)."""
-        inputs = self._prepare(inputs)
+        inputs = self.prepare_inputs(inputs)
         if self.config.cuda_graphs and not self.config.compile and not self._graphed and dev.is_cuda(self.device):
             # Captured on the first real batch: the graph replays these shapes only.
             self.forward = dev.make_graphed_module(self.model, inputs)

@@ -1,9 +1,14 @@
-"""``stave trace`` end to end in a subprocess: reports, schema, exit codes, clear errors."""
+"""``stave trace`` end to end: reports, schema, exit codes, clear errors.
+
+Two tests run the real console entry in a subprocess (one line on stderr, no traceback); the rest
+call ``stave.cli.main`` in-process, which takes the same path without a new interpreter each time.
+"""
 
 from __future__ import annotations
 
 import gzip
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -22,6 +27,20 @@ needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared fixtur
 def stave(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "stave", "trace", *args], capture_output=True, text=True,
                           env=env, timeout=240)
+
+
+def stave_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    from stave.cli import main
+
+    # main() points the "stave" logger at this test's stderr; put it back for the next test.
+    logger = logging.getLogger("stave")
+    saved = (logger.handlers[:], logger.level, logger.propagate)
+    try:
+        rc = main(["trace", *args])
+    finally:
+        logger.handlers[:], logger.level, logger.propagate = saved
+    out, err = capsys.readouterr()
+    return rc, out, err
 
 
 def cpu_trace(path: Path, name: str = '<script>alert(1)</script>') -> Path:
@@ -54,13 +73,13 @@ def test_gpu_trace_reports(tmp_path: Path, stave_env: dict[str, str]) -> None:
     assert "<h3>GPU</h3>" in html and not re.search(r"(src|href)=[\"']?https?:", html)
 
 
-def test_cpu_trace_html_escapes_names(tmp_path: Path, stave_env: dict[str, str]) -> None:
+def test_cpu_trace_html_escapes_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = cpu_trace(tmp_path / "cpu.json")
     out_html = tmp_path / "r.html"
-    r = stave(str(trace), "--html", str(out_html), "--fail-on", "warning", env=stave_env)
+    rc, out, err = stave_main(capsys, str(trace), "--html", str(out_html), "--fail-on", "warning")
     # 60% of each step waiting for data: DATA_WAIT, critical, so --fail-on warning exits 1.
-    assert r.returncode == 1, r.stderr
-    assert "DATA_WAIT" in r.stdout and "stave doctor" in r.stdout
+    assert rc == 1, err
+    assert "DATA_WAIT" in out and "stave doctor" in out
     html = out_html.read_text()
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;" in html
 
@@ -73,26 +92,35 @@ def test_cpu_trace_html_escapes_names(tmp_path: Path, stave_env: dict[str, str])
         (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2}, {"ph": @}]}', "malformed JSON"),
     ],
 )
-def test_bad_file_exit_2_one_line(tmp_path: Path, stave_env: dict[str, str], content: bytes, expect: str) -> None:
+def test_bad_file_exit_2_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes,
+                                  expect: str) -> None:
     bad = tmp_path / "bad.json"
     bad.write_bytes(content)
-    r = stave(str(bad), env=stave_env)
-    assert r.returncode == 2
-    lines = r.stderr.strip().splitlines()
+    rc, _out, err = stave_main(capsys, str(bad))
+    assert rc == 2
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and str(bad) in lines[0] and expect in lines[0]
-    assert "Traceback" not in r.stderr
 
 
-def test_truncated_gzip_exit_2(tmp_path: Path, stave_env: dict[str, str]) -> None:
+def test_bad_file_in_a_real_process(tmp_path: Path, stave_env: dict[str, str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2}, {"ph": "X", "na')
+    r = stave(str(bad), env=stave_env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("stave: error: ") and str(bad) in line and "byte" in line
+
+
+def test_truncated_gzip_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = cpu_trace(tmp_path / "c.json").read_bytes()
     data = gzip.compress(good)
     bad = tmp_path / "cut.json.gz"
     bad.write_bytes(data[: len(data) // 2])
-    r = stave(str(bad), env=stave_env)
-    assert r.returncode == 2 and str(bad) in r.stderr and "gzip" in r.stderr
+    rc, _out, err = stave_main(capsys, str(bad))
+    assert rc == 2 and str(bad) in err and "gzip" in err
 
 
-def test_directory_with_one_bad_file(tmp_path: Path, stave_env: dict[str, str]) -> None:
+def test_directory_with_one_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     d = tmp_path / "traces"
     d.mkdir()
     cpu_trace(d / "rank0.json")
@@ -100,29 +128,29 @@ def test_directory_with_one_bad_file(tmp_path: Path, stave_env: dict[str, str]) 
     (d / "rank2.json").write_text('{"traceEvents": [{"ph": "X", "ts": 1')
     (d / "notes.txt").write_text("not a trace")
     out_json = tmp_path / "r.json"
-    r = stave(str(d), "--json", str(out_json), env=stave_env)
-    assert r.returncode == 0, r.stderr
-    assert "skipped" in r.stderr and "rank2.json" in r.stderr
+    rc, _out, err = stave_main(capsys, str(d), "--json", str(out_json))
+    assert rc == 0, err
+    assert "skipped" in err and "rank2.json" in err
     report = json.loads(out_json.read_text())
     assert [t["rank"] for t in report["traces"]] == [0, 1]
     assert [Path(s["path"]).name for s in report["skipped"]] == ["rank2.json"]
 
 
-def test_usage_errors(tmp_path: Path, stave_env: dict[str, str]) -> None:
-    r = stave(str(tmp_path / "missing.json"), env=stave_env)
-    assert r.returncode == 2 and "no such file" in r.stderr
+def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _out, err = stave_main(capsys, str(tmp_path / "missing.json"))
+    assert rc == 2 and "no such file" in err
     empty = tmp_path / "empty_dir"
     empty.mkdir()
-    r = stave(str(empty), env=stave_env)
-    assert r.returncode == 2 and "no trace files" in r.stderr
+    rc, _out, err = stave_main(capsys, str(empty))
+    assert rc == 2 and "no trace files" in err
     trace = cpu_trace(tmp_path / "c.json")
-    r = stave(str(trace), "--json", str(tmp_path), env=stave_env)
-    assert r.returncode == 2 and "directory" in r.stderr
+    rc, _out, err = stave_main(capsys, str(trace), "--json", str(tmp_path))
+    assert rc == 2 and "directory" in err
 
 
 @needs_fixtures
-def test_quiet_json_only(tmp_path: Path, stave_env: dict[str, str]) -> None:
+def test_quiet_json_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_json = tmp_path / "r.json"
-    r = stave(str(SMALL), "--quiet", "--json", str(out_json), env=stave_env)
-    assert r.returncode == 0 and r.stdout == ""
+    rc, out, _err = stave_main(capsys, str(SMALL), "--quiet", "--json", str(out_json))
+    assert rc == 0 and out == ""
     assert json.loads(out_json.read_text())["schema"] == "stave.trace/1"

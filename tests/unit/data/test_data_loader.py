@@ -215,3 +215,19 @@ def test_gpu_batch_decode_matches_cpu_decode() -> None:
     decoded = decode_jpeg_batch(data, "cuda")
     assert [tuple(t.shape) for t in decoded] == [(3, 160, 240), (3, 107, 160)]
     assert all(t.is_cuda for t in decoded)
+
+
+def test_cpu_batches_reuse_buffers_but_never_one_the_caller_still_holds(indexed_pack: Path) -> None:
+    loader = ImageLoader(indexed_pack, batch_size=4, size=16, workers=2, seed=4, mean=None, std=None)
+    kept = [(images, labels) for images, labels in loader]  # holds every batch: none may be overwritten
+    reference = ImageLoader(indexed_pack, batch_size=4, size=16, workers=1, seed=4, mean=None, std=None)
+    for (images, labels), (ref_images, ref_labels) in zip(kept, [(i.clone(), l.clone()) for i, l in reference]):
+        assert torch.equal(labels, ref_labels) and torch.equal(images, ref_images)
+    assert loader.buffers_allocated == len(kept)
+    steady = ImageLoader(indexed_pack, batch_size=4, size=16, workers=2, seed=4)
+    for _ in range(3):
+        for images, _labels in steady:
+            pass
+    # A training loop reuses the ring; the loop variable still holds an epoch's last batch when the
+    # next epoch starts, so that slot gets a new buffer once per epoch boundary.
+    assert steady.buffers_allocated <= steady.prefetch_batches + 3 + 2

@@ -147,3 +147,16 @@ def test_absurd_times_are_skipped_not_overflowed(tmp_path: Path) -> None:
     assert data.skipped_no_time == 1
     assert (data.host.end >= data.host.start).all()
     assert int(data.host.end.max()) < 2**63 - 1
+
+
+@pytest.mark.parametrize("chunk", [64, 1 << 20])
+def test_metadata_after_events_with_cut_patterns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 chunk: int) -> None:
+    monkeypatch.setattr(reader_mod, "CHUNK_BYTES", chunk)
+    events = [op(f"op{i}", i, 1) for i in range(200)]
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents": ' + json.dumps(events)
+                    + ', "deviceProperties": [{"id": 0}, {"id": 1}], "note": "},{"}')
+    got, r = read_all(path)
+    assert [e.name for e in got] == [e["name"] for e in events]
+    assert r.stats.metadata == {"deviceProperties": [{"id": 0}, {"id": 1}], "note": "},{"}
