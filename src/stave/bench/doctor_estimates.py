@@ -34,7 +34,8 @@ from stave.analyze.stats import median, relative_spread
 from stave.errors import InputError, OutputError, UsageError
 from stave.files import atomic_write_json, atomic_write_text
 
-log = logging.getLogger(__name__)
+# Named explicitly: run as ``python -m`` this module's __name__ is "__main__", outside "stave".
+log = logging.getLogger("stave.bench.doctor_estimates")
 
 # Estimate and measurement "agree" when neither is more than twice the other (the bar).
 AGREEMENT_FACTOR = 2.0

@@ -24,7 +24,7 @@ from stave.analyze.stats import median
 from stave.bench import mfu as mfu_mod
 from stave.bench.code import tune_code
 from stave.bench.compare import MIN_GAIN, Comparison, TimingPlan, compare, verdict
-from stave.bench.losscheck import LOSS_CHECK_STEPS, LOSS_REL_TOL, OUTPUT_REL_TOL, LossChecker
+from stave.bench.losscheck import INPUT_STAT_TOL, LOSS_CHECK_STEPS, LOSS_NOISE_FACTOR, LOSS_REL_TOL, OUTPUT_REL_TOL, LossChecker
 from stave.bench.memory import cpu_batch_cap, saved_activation_bytes
 from stave.bench.pipeline import check_batches, image_inputs
 from stave.bench.result import (
@@ -135,10 +135,11 @@ class _Ladder:
         try:
             if self.numerics_equal_reference(candidate):
                 # Same arithmetic and inputs as the reference: identical by construction.
-                trial.max_loss_dev, trial.output_dev, trial.loss_passed = 0.0, 0.0, True
+                trial.max_loss_dev, trial.output_dev, trial.input_dev, trial.loss_passed = 0.0, 0.0, 0.0, True
             else:
                 check = self.checker.check(candidate)
-                trial.max_loss_dev, trial.output_dev, trial.loss_passed = check.max_dev, check.output_dev, check.passed
+                trial.max_loss_dev, trial.output_dev, trial.input_dev = check.max_dev, check.output_dev, check.input_dev
+                trial.loss_tolerance, trial.loss_passed = check.tolerance, check.passed
                 loss_text = check.describe()
             comparison = compare(self.session(base), self.session(candidate), self.options.timing, self.options.min_gain)
         except (StaveError, RuntimeError, MemoryError, ValueError) as exc:
@@ -309,7 +310,7 @@ def _finish(ladder: _Ladder, final: RunConfig, started: float) -> LadderResult:
     baseline_row.trials.append(Trial("baseline", {}, ladder.baseline, samples_per_s=direct.a_rate,
                                      ratio=1.0, x_baseline=1.0, data_wait_share=median([w.wait_share for w in direct.a]),
                                      peak_mem_bytes=max((w.peak_mem_bytes or 0 for w in direct.a), default=None) or None,
-                                     max_loss_dev=0.0, output_dev=0.0, loss_passed=True, accepted=True,
+                                     max_loss_dev=0.0, output_dev=0.0, input_dev=0.0, loss_passed=True, accepted=True,
                                      window_rates=[w.samples_per_s for w in direct.a]))
     baseline_row.chosen = baseline_row.trials[0]
 
@@ -367,8 +368,11 @@ def _finish(ladder: _Ladder, final: RunConfig, started: float) -> LadderResult:
              "fed_samples_per_s": fed_cmp.a_rate},
         mfu=mfu,
         loss_check={
-            "steps": options.loss_steps, "tolerance": options.loss_tolerance, "output_tolerance": OUTPUT_REL_TOL,
-            "metric": "max |loss - fp32 loss| / |fp32 loss| over the first steps; ||out - fp32 out|| / ||fp32 out|| on the first batch",
+            "steps": options.loss_steps, "tolerance": options.loss_tolerance, "noise_factor": LOSS_NOISE_FACTOR,
+            "output_tolerance": OUTPUT_REL_TOL, "input_tolerance": INPUT_STAT_TOL,
+            "metric": "losses: max |loss - fp32| / |fp32| over the first steps (tolerance: max(tolerance, noise_factor x "
+                      "the deviation bf16-rounded weights cause)); inputs: channel mean/sd shift in sds; "
+                      "outputs: ||out - fp32 out|| / ||fp32 out|| on the first batch",
         },
         code=code,
         duration_s=time.perf_counter() - started,

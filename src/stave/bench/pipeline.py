@@ -191,15 +191,33 @@ class _Restarting:
             return next(self.iterator)
 
 
-def check_batches(
-    spec: JobSpec, config: RunConfig, device: torch.device, channels_last: bool, batch_size: int, count: int
-) -> list[Batch]:
-    """The loss check's batches: the first ``count * batch_size`` samples in index order, device-ready.
+# Seed of the permutation the loss check draws its samples from (the same for every configuration).
+CHECK_ORDER_SEED = 0
+SHUFFLED = "shuffled"
+INDEX_ORDER = "index"
 
-    Each sample is fetched with torch's generator seeded by its index, so random torchvision
-    transforms draw the same crop for the float and the uint8 variant of the dataset.
+
+def check_order(config: RunConfig) -> str:
+    """The sample order a configuration's loss check uses: custom loaders can only give index order."""
+    return SHUFFLED if config.loader == TORCH_LOADER else INDEX_ORDER
+
+
+def check_batches(
+    spec: JobSpec, config: RunConfig, device: torch.device, channels_last: bool, batch_size: int, count: int,
+    order: str | None = None,
+) -> list[Batch]:
+    """The loss check's batches, device-ready: ``count * batch_size`` samples, the same for every config.
+
+    ``order`` "shuffled" (the default for DataLoader pipelines) takes the first samples of a fixed
+    permutation, so class-sorted datasets still give mixed batches; "index" takes samples 0, 1, ...
+    (what a custom loader's evaluation mode yields). Each sample is fetched with torch's generator
+    seeded by its index, so random torchvision transforms draw the same crop for the float and the
+    uint8 variant of the dataset.
     """
+    order = order or check_order(config)
     if config.loader != TORCH_LOADER:
+        if order != INDEX_ORDER:
+            raise UsageError(f"loader {config.loader!r} can only give its samples in index order")
         custom = next(c for c in spec.loaders if c.name == config.loader)
         request = LoaderRequest(batch_size, max(config.num_workers, 1), device, channels_last, False, 0)
         iterable = custom.build(request)
@@ -220,12 +238,18 @@ def check_batches(
         dataset = spec.check_dataset or spec.dataset
     collate = spec.collate_fn or default_collate
     needed = batch_size * count
-    if len(dataset) < needed:  # type: ignore[arg-type]
-        raise UsageError(f"the loss check needs {needed} samples; job {spec.name!r} has {len(dataset)}")  # type: ignore[arg-type]
+    size = len(dataset)  # type: ignore[arg-type]
+    if size < needed:
+        raise UsageError(f"the loss check needs {needed} samples; job {spec.name!r} has {size}")
+    if order == SHUFFLED:
+        generator = torch.Generator().manual_seed(CHECK_ORDER_SEED)
+        indices = torch.randperm(size, generator=generator)[:needed].tolist()
+    else:
+        indices = list(range(needed))
     host = []
     for b in range(count):
         samples = []
-        for index in range(b * batch_size, (b + 1) * batch_size):
+        for index in indices[b * batch_size : (b + 1) * batch_size]:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(index)
                 samples.append(dataset[index])  # type: ignore[index]

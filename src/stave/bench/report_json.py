@@ -44,6 +44,8 @@ def trial_json(trial: Trial, result: LadderResult) -> dict[str, Any]:
         "peak_mem_bytes": trial.peak_mem_bytes,
         "max_loss_dev": _num(trial.max_loss_dev),
         "output_dev": _num(trial.output_dev),
+        "input_dev": _num(trial.input_dev),
+        "loss_tolerance": _num(trial.loss_tolerance),
         "loss_passed": trial.loss_passed,
         "compile_s": _num(trial.compile_s),
         "window_samples_per_s": [_num(r) for r in trial.window_rates],
@@ -74,6 +76,7 @@ def rung_json(rung: RungResult, result: LadderResult) -> dict[str, Any]:
         "peak_mem_bytes": shown.peak_mem_bytes if shown else None,
         "max_loss_dev": _num(shown.max_loss_dev) if shown else None,
         "output_dev": _num(shown.output_dev) if shown else None,
+        "input_dev": _num(shown.input_dev) if shown else None,
         "compile_s": _num(shown.compile_s) if shown else None,
         "trials": [trial_json(t, result) for t in rung.trials],
     }

@@ -33,6 +33,8 @@ class Trial:
     peak_mem_bytes: int | None = None
     max_loss_dev: float | None = None
     output_dev: float | None = None
+    input_dev: float | None = None
+    loss_tolerance: float | None = None
     loss_passed: bool | None = None
     compile_s: float | None = None
     window_rates: list[float] = field(default_factory=list)

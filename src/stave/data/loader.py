@@ -357,7 +357,9 @@ class ImageLoader:
         if self._host_constants is None:
             out.copy_(image)  # HWC uint8 slot row
         else:
-            out.copy_(image.permute(2, 0, 1))  # CHW row of the output batch: cast and transpose
+            # HWC uint8 -> CHW: numpy's uint8 transpose then a contiguous cast measured ~25% cheaper
+            # than one strided cast-and-transpose copy_ (docs/data.md).
+            out.copy_(torch.from_numpy(np.ascontiguousarray(image.numpy().transpose(2, 0, 1))))
             if self._host_constants[0] is not None:
                 out.mul_(self._host_constants[0]).sub_(self._host_constants[1])
         return info

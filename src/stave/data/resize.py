@@ -77,16 +77,17 @@ def crop_resize(
     y0 = min(max(0, int(round(box[1]))), height - 1)
     x1 = max(x0 + 1, min(width, int(round(box[2]))))
     y1 = max(y0 + 1, min(height, int(round(box[3]))))
-    if not pixels.flags.writeable:
-        # torch refuses to wrap read-only memory silently (mapped raw samples, Pillow's buffers).
-        pixels = np.array(pixels[y0:y1, x0:x1])
-        y1, x1, y0, x0 = y1 - y0, x1 - x0, 0, 0
-    crop = torch.from_numpy(pixels)[y0:y1, x0:x1]
     if (x1 - x0, y1 - y0) == (out_w, out_h):
-        result = crop
+        # np.array: a writable copy (torch will not wrap read-only mapped or Pillow memory silently).
+        result = torch.from_numpy(np.array(pixels[y0:y1, x0:x1]))
     else:
-        nchw = crop.permute(2, 0, 1).unsqueeze(0).contiguous(memory_format=torch.channels_last)
-        resized = F.interpolate(nchw, size=(out_h, out_w), mode="bilinear", antialias=True, align_corners=False)
+        # numpy copies the crop row by row (memcpy); torch's strided copy of the same was ~3x slower.
+        region = pixels[y0:y1, x0:x1]
+        if not (region.flags.c_contiguous and region.flags.writeable):
+            region = np.array(region)
+        crop = torch.from_numpy(region)
+        nhwc = crop.unsqueeze(0).permute(0, 3, 1, 2)  # channels-last memory: the vectorized kernel's input
+        resized = F.interpolate(nhwc, size=(out_h, out_w), mode="bilinear", antialias=True, align_corners=False)
         result = resized[0].permute(1, 2, 0)
     if flip:
         result = result.flip(1)

@@ -1,7 +1,8 @@
 """DATA_IO_BOUND and DATA_CPU_BOUND: the step waits for its input, and why.
 
-Both start from the same fact: the median step spends a real share of its time blocked in
-``next()`` on the DataLoader. They then ask the workers (or the main process, with
+Both start from the same fact: the steady step (mean over the counted steps that are neither
+stalls nor epoch starts, see :mod:`stave.analyze.loading`) spends a real share of its time
+blocked in ``next()`` on the DataLoader. They then ask the workers (or the main process, with
 ``num_workers=0``) what loading a sample consists of. Mostly *blocked* (off-CPU and not queueing
 for a core): storage latency, DATA_IO_BOUND. Mostly on-CPU or queueing for a core: the loading
 needs more CPU than it gets, DATA_CPU_BOUND, with the most expensive stage named.
