@@ -25,7 +25,8 @@ class HostSummary:
     """Robust numbers about the machine over the counted steps (``None``: counter absent).
 
     CPU percentages of processes are "percent of one core"; machine-wide ones are 0-100 over all
-    usable cores; PSI values are the kernel's "some" share in percent.
+    cores; PSI values are the kernel's "some" share in percent. ``other_processes_cores``: cores
+    kept busy by processes outside the job (machine busy minus the job's own process tree).
     """
 
     samples: int = 0
@@ -47,6 +48,7 @@ class HostSummary:
     page_cache_bytes: int | None = None
     gpu_util_pct: float | None = None
     disk_read_total_bytes: float | None = None
+    other_processes_cores: float | None = None
 
 
 def samples_in_counted_steps(record: RunRecord) -> list[HostSample]:
@@ -112,7 +114,20 @@ def summarize_host(record: RunRecord) -> HostSummary:
     cache = present(samples, lambda s: s.page_cache_bytes)
     out.page_cache_bytes = int(median(cache)) if cache else None
     out.disk_read_total_bytes = _integrate(samples, lambda s: s.disk_read_bytes_per_s)
+    cores = record.run.cores_total or record.config.cores_total
+    if cores:
+        out.other_processes_cores = _median_or_none(
+            [v for v in (_other_cores(s, cores) for s in samples) if v is not None]
+        )
     return out
+
+
+def _other_cores(sample: HostSample, cores_total: int) -> float | None:
+    """Cores busy with processes outside the job in one sample: machine busy minus the job's own."""
+    if sample.cpu_system_pct is None or sample.cpu_main_pct is None:
+        return None
+    own = sample.cpu_main_pct + (sample.cpu_workers_pct or 0.0) + (sample.cpu_children_pct or 0.0)
+    return max(0.0, sample.cpu_system_pct / 100.0 * cores_total - own / 100.0)
 
 
 def _integrate(samples: Sequence[HostSample], rate: Callable[[HostSample], float | None]) -> float | None:

@@ -69,6 +69,8 @@ class LoadingBound:
     ``compute_cpu_s``: CPU-seconds the main process spends per step outside loading; measured
     from the monitor when ``compute_cpu_measured``, else assumed to keep its torch threads busy.
     ``load_wall_s`` / ``load_cpu_s``: one step's samples loaded by one worker.
+    ``cores``: usable cores (affinity); ``cores_available``: of those, what the other processes on
+    the machine left to the job while it ran (all of them when that is not measured).
     ``queue_share``: share of loading time spent waiting for a core (measured, or its upper
     bound from the run queue when ``queue_share_is_bound``); ``blocked_share``: the rest of the
     off-CPU time, ``None`` when neither counter exists and the machine may be saturated.
@@ -84,6 +86,7 @@ class LoadingBound:
     load_wall_s: float
     load_cpu_s: float
     cores: int
+    cores_available: float
     workers: int
     machine_saturated: bool | None
     cpu_share: float
@@ -141,6 +144,10 @@ def loading_bound(record: RunRecord, summary: StepSummary, host: HostSummary) ->
         compute_cpu = compute_wall * min(threads, cores)
     cpu_share = min(1.0, pipe.cpu_s_per_sample / pipe.wall_s_per_sample) if pipe.wall_s_per_sample > 0 else 0.0
     queue, is_bound, blocked = _queue_and_blocked(pipe, host, cores, cpu_share)
+    available = float(cores)
+    if host.other_processes_cores is not None:
+        total = record.run.cores_total or record.config.cores_total or cores
+        available = max(1.0, min(float(cores), total - host.other_processes_cores))
     return LoadingBound(
         pipeline=pipe,
         step_s=t,
@@ -152,6 +159,7 @@ def loading_bound(record: RunRecord, summary: StepSummary, host: HostSummary) ->
         load_wall_s=load_wall,
         load_cpu_s=load_cpu,
         cores=cores,
+        cores_available=available,
         workers=pipe.loader.num_workers,
         machine_saturated=None if host.cpu_system_pct is None else host.cpu_system_pct >= MACHINE_SATURATED_PCT,
         cpu_share=cpu_share,

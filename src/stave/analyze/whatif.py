@@ -42,7 +42,7 @@ def pipelined_step_s(
     load_wall_s: float,
     load_cpu_s: float,
     workers: int,
-    cores: int,
+    cores: float,
 ) -> float:
     """Step time with loading done by ``workers`` processes alongside the compute.
 
@@ -51,7 +51,7 @@ def pipelined_step_s(
     loading share ``cores``: their CPU-seconds per step cannot exceed cores x step time).
     """
     workers = max(1, workers)
-    cores = max(1, cores)
+    cores = max(1.0, cores)
     return max(compute_wall_s, load_wall_s / workers, (compute_cpu_s + load_cpu_s) / cores)
 
 

@@ -73,7 +73,7 @@ PLANTED: tuple[PlantedCase, ...] = (
     PlantedCase("float64_batches", "BATCH_DTYPE", 30, "median_step_s"),
     PlantedCase("tiny_batch", "SMALL_BATCH", 100, "samples_per_s", plain_steps=200),
     PlantedCase("leaked_graph", "MEMORY_GROWTH", 40, "median_step_s"),
-    PlantedCase("checkpoint_stall", "STEP_OUTLIERS", 40, "mean_step_s"),
+    PlantedCase("checkpoint_stall", "STEP_OUTLIERS", 40, "mean_step_s", plain_steps=120),
     PlantedCase("fp32_compute", "NO_MIXED_PRECISION", 30, "median_step_s"),
     PlantedCase("python_loss", "PYTHON_OVERHEAD", 150, "median_step_s", plain_steps=150),
     PlantedCase("fork_unsafe", "FORK_UNSAFE_HANDLE", 30, "median_step_s"),

@@ -140,6 +140,7 @@ class _Ladder:
                 check = self.checker.check(candidate)
                 trial.max_loss_dev, trial.output_dev, trial.input_dev = check.max_dev, check.output_dev, check.input_dev
                 trial.loss_tolerance, trial.loss_passed = check.tolerance, check.passed
+                trial.targets_match = check.targets_match
                 loss_text = check.describe()
             comparison = compare(self.session(base), self.session(candidate), self.options.timing, self.options.min_gain)
         except (StaveError, RuntimeError, MemoryError, ValueError) as exc:

@@ -20,7 +20,7 @@ from torch.utils.data import default_collate
 
 from stave import device as dev
 from stave.bench.settings import TORCH_LOADER, RunConfig
-from stave.bench.spec import JobSpec, LoaderRequest
+from stave.bench.spec import CustomLoader, JobSpec, LoaderRequest
 from stave.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,14 @@ def image_inputs(spec: JobSpec, model: torch.nn.Module) -> bool:
     if spec.image_inputs is not None:
         return spec.image_inputs
     return any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
+
+
+def find_loader(spec: JobSpec, name: str) -> CustomLoader:
+    """The job's custom loader called ``name``."""
+    for loader in spec.loaders:
+        if loader.name == name:
+            return loader
+    raise UsageError(f"job {spec.name!r} has no loader named {name!r}")
 
 
 def device_loader_class() -> Any:
@@ -120,9 +128,7 @@ class Pipeline:
     def _start(self) -> Iterator[Batch]:
         config, spec = self.config, self.spec
         if config.loader != TORCH_LOADER:
-            custom = next((c for c in spec.loaders if c.name == config.loader), None)
-            if custom is None:
-                raise UsageError(f"job {spec.name!r} has no loader named {config.loader!r}")
+            custom = find_loader(spec, config.loader)
             request = LoaderRequest(
                 config.batch_size, config.num_workers, self.device, self.channels_last, True, self.seed
             )
@@ -218,7 +224,7 @@ def check_batches(
     if config.loader != TORCH_LOADER:
         if order != INDEX_ORDER:
             raise UsageError(f"loader {config.loader!r} can only give its samples in index order")
-        custom = next(c for c in spec.loaders if c.name == config.loader)
+        custom = find_loader(spec, config.loader)
         request = LoaderRequest(batch_size, max(config.num_workers, 1), device, channels_last, False, 0)
         iterable = custom.build(request)
         batches: list[Batch] = []

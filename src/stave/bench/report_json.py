@@ -45,6 +45,7 @@ def trial_json(trial: Trial, result: LadderResult) -> dict[str, Any]:
         "max_loss_dev": _num(trial.max_loss_dev),
         "output_dev": _num(trial.output_dev),
         "input_dev": _num(trial.input_dev),
+        "targets_match": trial.targets_match,
         "loss_tolerance": _num(trial.loss_tolerance),
         "loss_passed": trial.loss_passed,
         "compile_s": _num(trial.compile_s),

@@ -101,8 +101,10 @@ def summary_lines(result: LadderResult) -> list[str]:
         lines.append(f"torch.compile: {max(compiles):.1f} s of compilation before the first step (not in the rates)")
     check = result.loss_check
     lines.append(
-        f"loss check: first {check['steps']} steps from the same weights and batches, "
-        f"max |loss - fp32| / |fp32| <= {check['tolerance']:.0%}"
+        f"loss check (same weights, same samples, vs fp32): first {check['steps']} losses within "
+        f"max({check['tolerance']:.0%}, {check.get('noise_factor', 0):g}x the job's bf16-rounding sensitivity); "
+        f"input channel statistics within {check.get('input_tolerance', 0):g} sd; same targets; "
+        f"first outputs within {check.get('output_tolerance', 0):.0%}"
     )
     load, end = result.machine.get("load_avg_1m"), result.machine.get("load_avg_1m_end")
     cores = result.machine.get("cores_usable") or 1

@@ -34,6 +34,7 @@ class Trial:
     max_loss_dev: float | None = None
     output_dev: float | None = None
     input_dev: float | None = None
+    targets_match: bool | None = None
     loss_tolerance: float | None = None
     loss_passed: bool | None = None
     compile_s: float | None = None

@@ -96,7 +96,7 @@ def plan_workers(ctx: Context, current: RunConfig) -> Plan:
     counts = _powers_of_two_above(current.num_workers, limit)
     if not counts:
         return Plan.skipped(f"the job already uses {current.num_workers} workers on {limit} usable cores")
-    return Plan("grow", tuple((f"{n} workers", {"num_workers": n}) for n in counts))
+    return Plan("grow", tuple((f"{n} worker{'s' if n > 1 else ''}", {"num_workers": n}) for n in counts))
 
 
 def plan_pin_memory(ctx: Context, current: RunConfig) -> Plan:

@@ -62,6 +62,9 @@ def add_ladder_arguments(parser: argparse.ArgumentParser) -> None:
                         help="interleaved windows per configuration, at least 3 (default 4; --quick 3)")
     parser.add_argument("--quick", action="store_true",
                         help="small sizes, short windows, no torch.compile: seconds to minutes, for a smoke test")
+    parser.add_argument("--rungs", metavar="NAME,...", default=None,
+                        help="climb only these rungs, in ladder order (names as in the JSON: workers, batch_size, "
+                        "uint8, autocast, channels_last, optimizer, compile, ...)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when present)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the initial weights and data order")
 
@@ -90,7 +93,22 @@ def ladder_from_args(args: argparse.Namespace, progress: Callable[[str], None]) 
         min_s=args.window_s if args.window_s is not None else base.min_s,
     )
     options = LadderOptions(device=args.device, quick=args.quick, timing=timing, seed=args.seed)
-    return run_ladder(spec, options, progress=progress)
+    return run_ladder(spec, options, rungs=_chosen_rungs(spec, args.rungs), progress=progress)
+
+
+def _chosen_rungs(spec: Any, names: str | None) -> Any:
+    """The default rungs, or only those named in ``--rungs`` (in ladder order)."""
+    from stave.bench.rungs import default_rungs
+
+    rungs = default_rungs(spec)
+    if names is None:
+        return rungs
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    known = [r.name for r in rungs]
+    unknown = [n for n in wanted if n not in known]
+    if unknown or not wanted:
+        raise UsageError(f"--rungs: unknown rung(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(known)}")
+    return [r for r in rungs if r.name in wanted]
 
 
 def run_ladder_command(args: argparse.Namespace) -> int:

@@ -25,9 +25,12 @@ from rich.console import Console
 from rich.table import Table
 
 from stave.data import bench_pipelines as bp
+from stave.data.bench_args import add_arguments
 from stave.device import cpu_model_name, usable_cores
 from stave.errors import UsageError
 from stave.files import atomic_write_json, check_writable
+
+__all__ = ["add_arguments", "main", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,7 @@ class Contender:
         return statistics.median(w.images_per_s for w in self.windows)
 
     def summary(self) -> dict[str, Any]:
+        """Median images/s with its spread, CPU-seconds per image and peak RSS over the windows."""
         rates = [w.images_per_s for w in self.windows]
         return {
             "key": self.key,
@@ -75,20 +79,6 @@ class Contender:
             "reduced_scale_share": round(extra["reduced"] / extra["samples"], 4),
             "rows_decoded_share": round(extra["rows_decoded"] / extra["rows_total"], 4) if extra["rows_total"] else None,
         }
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``stave bench data``."""
-    parser.add_argument("--images", type=int, default=3000, help="JPEGs to generate (default 3000)")
-    parser.add_argument("--classes", type=int, default=100, help="class folders (default 100)")
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--size", type=int, default=224, help="output side (RandomResizedCrop size)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per contender (default 3)")
-    parser.add_argument("--max-workers", type=int, default=4, help="largest DataLoader num_workers searched (default 4)")
-    parser.add_argument("--workdir", type=Path, default=Path.home() / ".cache" / "stave" / "bench-data", help="where images and packs are cached")
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    parser.add_argument("--quick", action="store_true", help="a tiny run (seconds) to check the harness, not to quote")
-    parser.add_argument("--seed", type=int, default=0)
 
 
 def _prepare(args: argparse.Namespace, err: Console) -> dict[str, Any]:
@@ -170,7 +160,7 @@ def _search(data: dict[str, Any], args: argparse.Namespace, err: Console, timed:
 def run(args: argparse.Namespace) -> int:
     """Run the data benchmark; results table on stdout, progress on stderr."""
     if args.quick:
-        args.images, args.classes, args.batch_size, args.size, args.rounds = min(args.images, 192), 4, 32, 96, 1
+        args.images, args.classes, args.batch_size, args.size, args.rounds = min(args.images, 128), 4, 32, 96, 1
     if args.images < args.batch_size * 2:
         raise UsageError(f"--images must be at least two batches ({2 * args.batch_size})")
     check_writable(args.json, "--json")

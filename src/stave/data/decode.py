@@ -202,7 +202,7 @@ def decode_jpeg_crop(
 ) -> tuple[torch.Tensor, DecodeInfo]:
     """Decode the part of a JPEG under ``box``, resize it to ``out_w`` x ``out_h`` RGB, maybe mirror it.
 
-    Returns a contiguous ``out_h x out_w x 3`` uint8 tensor and how the decode was done.
+    Returns an ``out_h x out_w x 3`` uint8 tensor (possibly a strided view) and how the decode was done.
     """
     info = read_jpeg_info(data, name)
     _check_pixels(info.width, info.height, name)

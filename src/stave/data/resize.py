@@ -70,7 +70,7 @@ def crop_resize(
     """Crop ``pixels`` (HxWx3 uint8) to ``box`` = (x0, y0, x1, y1), resize to ``out_h x out_w x 3``.
 
     Box edges are rounded to whole pixels (a shift of at most half a pixel of the decoded image).
-    Returns a contiguous HWC uint8 tensor, mirrored left-right when ``flip``.
+    Returns an HWC uint8 tensor (possibly a strided view), mirrored left-right when ``flip``.
     """
     height, width = pixels.shape[:2]
     x0 = min(max(0, int(round(box[0]))), width - 1)
@@ -90,5 +90,5 @@ def crop_resize(
         resized = F.interpolate(nhwc, size=(out_h, out_w), mode="bilinear", antialias=True, align_corners=False)
         result = resized[0].permute(1, 2, 0)
     if flip:
-        result = result.flip(1)
-    return result.contiguous()
+        return result.flip(1)  # a copy, contiguous
+    return result  # may be a strided view: callers copy it into their batch anyway

@@ -29,7 +29,8 @@ def optimizer_expression(optimizer: torch.optim.Optimizer, impl: str, params: st
         if name in ("foreach", "fused", "differentiable", "capturable") or name not in signature:
             continue
         default = signature[name].default
-        if default is inspect.Parameter.empty or not _same(value, default):
+        # lr is always written out: it is the setting a reader looks for first.
+        if name == "lr" or default is inspect.Parameter.empty or not _same(value, default):
             args.append(f"{name}={_literal(value)}")
     if impl in ("foreach", "fused"):
         args.append(f"{impl}=True")

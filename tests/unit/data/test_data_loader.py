@@ -226,8 +226,15 @@ def test_cpu_batches_reuse_buffers_but_never_one_the_caller_still_holds(indexed_
     assert loader.buffers_allocated == len(kept)
     steady = ImageLoader(indexed_pack, batch_size=4, size=16, workers=2, seed=4)
     for _ in range(3):
-        for images, _labels in steady:
+        for _images, _labels in steady:
             pass
     # A training loop reuses the ring; the loop variable still holds an epoch's last batch when the
     # next epoch starts, so that slot gets a new buffer once per epoch boundary.
     assert steady.buffers_allocated <= steady.prefetch_batches + 3 + 2
+
+
+def test_float_without_normalization_is_a_plain_cast(indexed_pack: Path) -> None:
+    raw = ImageLoader(indexed_pack, batch_size=4, size=16, workers=1, mean=None, std=None, seed=1)
+    cast = ImageLoader(indexed_pack, batch_size=4, size=16, workers=1, mean=None, std=None, seed=1, dtype=torch.float32)
+    (a, _), (b, _) = next(iter(raw)), next(iter(cast))
+    assert b.dtype == torch.float32 and torch.equal(a.float(), b)

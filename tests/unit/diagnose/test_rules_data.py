@@ -123,6 +123,17 @@ def test_cpu_bound_in_main_process_suggests_workers_and_names_top_stage():
     assert run_rule("DATA_IO_BOUND", cpu_record()) is None
 
 
+def test_cpu_bound_estimate_counts_only_the_cores_other_processes_leave():
+    quiet = run_rule("DATA_CPU_BOUND", cpu_record())
+    busy_rec = cpu_record()
+    # The machine is 100% busy while the job uses 1.3 cores: other processes hold 0.7 of the 2.
+    busy_rec.host = host_series(busy_rec.steps, cpu_main_pct=100.0, cpu_workers_pct=30.0, cpu_system_pct=100.0)
+    busy = run_rule("DATA_CPU_BOUND", busy_rec)
+    assert busy.evidence["cores_available"] == pytest.approx(1.3)
+    assert quiet.evidence["cores_available"] == pytest.approx(2.0)
+    assert busy.est_speedup < quiet.est_speedup
+
+
 def test_cpu_bound_with_all_cores_busy_estimates_a_cheaper_stage_as_an_upper_bound():
     f = run_rule("DATA_CPU_BOUND", cpu_record(num_workers=2))
     assert f is not None

@@ -50,6 +50,7 @@ def _common_evidence(lb: LoadingBound) -> dict[str, object]:
         "steady_steps": lb.steady_steps,
         "num_workers": lb.workers,
         "cores_usable": lb.cores,
+        "cores_available": lb.cores_available,
         "load_wall_s_per_sample": pipe.wall_s_per_sample,
         "load_cpu_s_per_sample": pipe.cpu_s_per_sample,
         "load_wall_s_per_step": lb.load_wall_s,
@@ -94,10 +95,10 @@ def data_io_bound(inp: DoctorInput) -> Finding | None:
         "# Or remove the per-sample file opens: pack the dataset once into a few large\n"
         "# memory-mapped shards and read it with stave's loader:\n"
         "#   stave pack DATA_DIR packed/\n"
-        f"loader = stave.data.ImageLoader('packed/', batch_size={pipe.loader.batch_size}, workers={min(workers, lb.cores)})"
+        f"loader = stave.data.ImageLoader('packed/', batch_size={pipe.loader.batch_size}, workers={min(workers, lb.cores_available)})"
     )
     if workers > lb.workers:
-        t_new = pipelined_step_s(lb.compute_wall_s, lb.compute_cpu_s, lb.load_wall_s, lb.load_cpu_s, workers, lb.cores)
+        t_new = pipelined_step_s(lb.compute_wall_s, lb.compute_cpu_s, lb.load_wall_s, lb.load_cpu_s, workers, lb.cores_available)
         evidence["suggested_workers"] = workers
         fix = (
             f"# {workers} workers keep {workers} reads in flight; blocked workers use no CPU.\n"
@@ -107,7 +108,7 @@ def data_io_bound(inp: DoctorInput) -> Finding | None:
     else:
         # Already as many workers as is sensible: only fewer, larger reads help. Packed shards are
         # read from the page cache, so the blocked part of loading goes and its CPU part stays.
-        t_new = pipelined_step_s(lb.compute_wall_s, lb.compute_cpu_s, lb.load_cpu_s, lb.load_cpu_s, lb.workers, lb.cores)
+        t_new = pipelined_step_s(lb.compute_wall_s, lb.compute_cpu_s, lb.load_cpu_s, lb.load_cpu_s, lb.workers, lb.cores_available)
         fix = pack
     est = speedup(lb.step_s, t_new)
     if est < REPORT_MIN_SPEEDUP:
@@ -181,7 +182,7 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
         stage_line = f"# The most expensive stage is {top.name} ({top.share:.0%} of loading): {_stage_advice(top)}.\n"
     workers = min(max(_needed_workers(lb), lb.workers + 1), lb.cores)
     if workers > lb.workers:
-        t_new = pipelined_step_s(lb.compute_wall_s, lb.compute_cpu_s, lb.load_wall_s, lb.load_cpu_s, workers, lb.cores)
+        t_new = pipelined_step_s(lb.compute_wall_s, lb.compute_cpu_s, lb.load_wall_s, lb.load_cpu_s, workers, lb.cores_available)
         evidence["suggested_workers"] = workers
         fix = (
             f"# Load in {workers} worker processes (this machine has {lb.cores} usable cores), alongside the compute.\n"
@@ -198,7 +199,7 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
             lb.load_wall_s * share_left,
             lb.load_cpu_s * share_left,
             lb.workers,
-            lb.cores,
+            lb.cores_available,
         )
         fix = stage_line
         how = f"if {top.name} cost nothing (an upper bound)"
@@ -218,7 +219,8 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
         explanation=(
             f"Loading a step's samples takes {lb.load_wall_s * 1e3:.0f} ms of work against "
             f"{lb.compute_wall_s * 1e3:.0f} ms of compute to hide behind, and the loading is CPU work "
-            f"({lb.cpu_share:.0%} on-CPU). Estimate {how}, bounded by the cores the compute also needs."
+            f"({lb.cpu_share:.0%} on-CPU). Estimate {how}, bounded by the {lb.cores_available:.1f} cores "
+            "left to the job, which the compute needs too."
         ),
         lines=phase_lines(inp.record, "data_wait"),
     )
