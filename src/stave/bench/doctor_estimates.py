@@ -96,6 +96,7 @@ class CaseResult:
     baseline: float | None = None
     fixed: float | None = None
     agrees: bool | None = None
+    load_avg_1min: list[float] = field(default_factory=list)
 
 
 def repo_root() -> Path:
@@ -148,6 +149,9 @@ def measure(case: PlantedCase, root: Path, pairs: int, result: CaseResult) -> No
     base_values: list[float] = []
     fixed_values: list[float] = []
     for i in range(pairs):
+        # The machine's load beside each pair: ratios taken while other processes competed for the
+        # cores are not evidence about a fix that needs free cores.
+        result.load_avg_1min.append(os.getloadavg()[0])
         # Alternate which side goes first, so a drift in machine load does not favour one side.
         order = (False, True) if i % 2 == 0 else (True, False)
         got: dict[bool, float] = {}
@@ -193,8 +197,12 @@ def write_docs(path: Path, results: Sequence[CaseResult], pairs: int, seconds: f
     _old, tail = rest.split(DOCS_END, 1)
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     stamp = time.strftime("%Y-%m-%d", time.gmtime())
+    loads = [x for r in results for x in r.load_avg_1min]
+    load = f", 1-min load average {min(loads):.1f}-{max(loads):.1f} during the pairs" if loads else ""
+    omp = os.environ.get("OMP_NUM_THREADS")
+    env = f", OMP_NUM_THREADS={omp}" if omp else ""
     block = (
-        f"{DOCS_BEGIN}\nLast run: {stamp}, {machine}, {pairs} interleaved pairs per script, "
+        f"{DOCS_BEGIN}\nLast run: {stamp}, {machine}{env}{load}, {pairs} interleaved pairs per script, "
         f"{seconds / 60:.0f} min in all.\n\n{render_table(results)}\n{DOCS_END}"
     )
     atomic_write_text(path, head + block + tail)

@@ -61,7 +61,7 @@ class LadderOptions:
     @staticmethod
     def quick_timing(min_steps: int | None = None) -> TimingPlan:
         """Short windows for tests and smoke runs (still 3 per configuration)."""
-        return TimingPlan(warmup_steps=1, pairs=3, max_pairs=6, min_steps=min_steps or 1, min_s=0.2)
+        return TimingPlan(warmup_steps=1, pairs=3, max_pairs=4, min_steps=min_steps or 1, min_s=0.1)
 
 
 class _Ladder:
@@ -155,6 +155,8 @@ class _Ladder:
             trial.reason, trial.revert_kind = f"{loss_text}; {comparison.ratio:.2f}x", REVERT_LOSS
         elif keep:
             trial.accepted, trial.reason = True, why
+            # The chain of kept ratios: the same settings reached again are measured again.
+            self.x_of[candidate] = trial.x_baseline
         else:
             trial.reason, trial.revert_kind = why, REVERT_SPEED
         self.progress(f"    {trial.samples_per_s:.1f} samples/s: {'kept, ' if trial.accepted else ''}{trial.reason}")
@@ -166,7 +168,6 @@ class _Ladder:
         trial.window_rates = [w.samples_per_s for w in comparison.b]
         trial.ratio, trial.noise = comparison.ratio, comparison.noise
         trial.x_baseline = self.x_of.get(base, 1.0) * comparison.ratio
-        self.x_of.setdefault(trial.config, trial.x_baseline)
         trial.data_wait_share = comparison.b_wait_share
         trial.peak_mem_bytes = comparison.b_peak_mem_bytes
         if trial.config.train.compile and session.first_step_s is not None:

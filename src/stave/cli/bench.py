@@ -37,9 +37,12 @@ def register(sub: Any) -> None:
     ladder.add_argument("--png", metavar="PATH", help="write the chart as PNG")
     ladder.add_argument("--quiet", action="store_true", help="no table on stdout and no progress on stderr")
     ladder.set_defaults(func=run_ladder_command)
+    # Its options belong to stave.data.benchmark, imported only when run: "+" as the prefix makes
+    # this parser pass every "-..." argument (--help included) through untouched.
     data = inner.add_parser("data", help="data-loading benchmark (stave.data vs torchvision, LMDB, HDF5)",
-                            description="The stave.data benchmark (docs/benchmarks.md).", add_help=False)
-    data.add_argument("data_args", nargs=argparse.REMAINDER, help="options of the data benchmark (see --help)")
+                            description="The stave.data benchmark (docs/benchmarks.md).", add_help=False,
+                            prefix_chars="+")
+    data.add_argument("data_args", nargs="*", help="options of the data benchmark (see --help)")
     data.set_defaults(func=run_data_command)
 
 
@@ -57,7 +60,7 @@ def add_ladder_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=None, metavar="N",
                         help="minimum steps per timing window (default 2; --quick 1)")
     parser.add_argument("--window-s", type=float, default=None, metavar="S",
-                        help="minimum seconds per timing window (default 2.0; --quick 0.2)")
+                        help="minimum seconds per timing window (default 2.0; --quick 0.1)")
     parser.add_argument("--pairs", type=int, default=None, metavar="N",
                         help="interleaved windows per configuration, at least 3 (default 4; --quick 3)")
     parser.add_argument("--quick", action="store_true",

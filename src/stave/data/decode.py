@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from stave.data.hostmem import Scratch, thread_scratch
 from stave.data.jpeg import JpegInfo, is_jpeg, read_jpeg_info, with_frame_height
 from stave.data.resize import crop_resize
 from stave.errors import FormatError, InputError
@@ -73,8 +74,20 @@ class JpegBackend:
 
     name = "abstract"
 
-    def decode_rgb(self, data: bytes | bytearray | memoryview, width: int, height: int, denom: int, strict: bool) -> np.ndarray:
-        """Decode to (ceil(height/denom), ceil(width/denom), 3) uint8; ``strict`` fails on warnings."""
+    def decode_rgb(
+        self,
+        data: bytes | bytearray | memoryview,
+        width: int,
+        height: int,
+        denom: int,
+        strict: bool,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Decode to (ceil(height/denom), ceil(width/denom), 3) uint8; ``strict`` fails on warnings.
+
+        ``out``, when given, is a flat uint8 buffer of at least that many bytes that a binding able to
+        decode in place writes into (the result then views it); others ignore it.
+        """
         raise NotImplementedError
 
 
@@ -88,13 +101,18 @@ class SimplejpegBackend(JpegBackend):
 
         self._sj = simplejpeg
 
-    def decode_rgb(self, data, width, height, denom, strict):  # noqa: D102 (documented on the base)
+    def decode_rgb(self, data, width, height, denom, strict, out=None):  # noqa: D102 (documented on the base)
         if denom == 1:
-            return self._sj.decode_jpeg(data, colorspace="RGB", strict=strict)
+            return self._sj.decode_jpeg(data, colorspace="RGB", strict=strict, buffer=out)
         # simplejpeg picks the smallest libjpeg scale whose output is at least min_width x
         # min_height; asking for exactly ceil(side/denom) selects 1/denom.
         return self._sj.decode_jpeg(
-            data, colorspace="RGB", strict=strict, min_width=-(-width // denom), min_height=-(-height // denom)
+            data,
+            colorspace="RGB",
+            strict=strict,
+            min_width=-(-width // denom),
+            min_height=-(-height // denom),
+            buffer=out,
         )
 
 
@@ -109,7 +127,8 @@ class TurbojpegBackend(JpegBackend):
         self._tj = turbojpeg.TurboJPEG()
         self._pf = turbojpeg.TJPF_RGB
 
-    def decode_rgb(self, data, width, height, denom, strict):  # noqa: D102
+    def decode_rgb(self, data, width, height, denom, strict, out=None):  # noqa: D102
+        # PyTurboJPEG has no output-buffer argument: ``out`` is ignored.
         # PyTurboJPEG reports decoder warnings (such as the skipped tail of a shortened frame) as
         # Python warnings, not errors, so ``strict`` only matters for simplejpeg.
         return self._tj.decode(bytes(data), pixel_format=self._pf, scaling_factor=(1, denom))
@@ -189,6 +208,55 @@ def _scaled_box(box: CropBox, scale_x: float, scale_y: float) -> tuple[float, fl
     return (box.x / scale_x, box.y / scale_y, (box.x + box.w) / scale_x, (box.y + box.h) / scale_y)
 
 
+@dataclass(frozen=True)
+class Region:
+    """Decoded pixels that cover a crop box: ``pixels`` (HxWx3 uint8, possibly a scratch view), the box
+    in their coordinates as (x0, y0, x1, y1), and how the decode was done."""
+
+    pixels: np.ndarray
+    box: tuple[float, float, float, float]
+    info: DecodeInfo
+
+
+def decode_jpeg_region(
+    data: bytes | memoryview,
+    box: CropBox,
+    out_w: int,
+    out_h: int,
+    backend: JpegBackend | None,
+    name: str = "JPEG",
+    allow_reduced: bool = True,
+    allow_rows: bool = True,
+    scratch: Scratch | None = None,
+) -> Region:
+    """Decode no more of a JPEG than ``box`` (to be resized to ``out_w`` x ``out_h``) needs.
+
+    The pixels are written into ``scratch`` (default: the calling thread's) when the binding can
+    decode in place, so they are only valid until this thread's next decode; no per-call output
+    allocation is faulted in.
+    """
+    info = read_jpeg_info(data, name)
+    _check_pixels(info.width, info.height, name)
+    denom = choose_scale(box, out_w, out_h) if allow_reduced else 1
+    if backend is None:
+        return _pillow_region(data, box, denom, name)
+    scratch = scratch if scratch is not None else thread_scratch()
+    rows = _rows_needed(info, box, denom) if allow_rows and info.truncatable else info.height
+    target = scratch.flat("decode", -(-rows // denom) * -(-info.width // denom) * 3)
+    try:
+        if rows < info.height:
+            # The shortened frame leaves trailing scan data, which libjpeg reports as a warning.
+            rgb = backend.decode_rgb(with_frame_height(data, info, rows), info.width, rows, denom, strict=False, out=target)
+        else:
+            rgb = backend.decode_rgb(data, info.width, info.height, denom, strict=True, out=target)
+    except (ValueError, OSError, RuntimeError) as exc:
+        raise FormatError(f"{name}: cannot decode JPEG: {exc}") from exc
+    # A reduced decode has ceil(side / denom) pixels: the exact factor per axis is side / that.
+    scale_x = info.width / -(-info.width // denom)
+    scale_y = info.height / -(-info.height // denom)
+    return Region(rgb, _scaled_box(box, scale_x, scale_y), DecodeInfo(denom, rows, info.height))
+
+
 def decode_jpeg_crop(
     data: bytes | memoryview,
     box: CropBox,
@@ -202,27 +270,10 @@ def decode_jpeg_crop(
 ) -> tuple[torch.Tensor, DecodeInfo]:
     """Decode the part of a JPEG under ``box``, resize it to ``out_w`` x ``out_h`` RGB, maybe mirror it.
 
-    Returns an ``out_h x out_w x 3`` uint8 tensor (possibly a strided view) and how the decode was done.
+    Returns a new ``out_h x out_w x 3`` uint8 tensor (possibly a strided view) and how the decode was done.
     """
-    info = read_jpeg_info(data, name)
-    _check_pixels(info.width, info.height, name)
-    denom = choose_scale(box, out_w, out_h) if allow_reduced else 1
-    if backend is None:
-        return _pillow_crop(data, box, out_w, out_h, denom, name, flip)
-    rows = _rows_needed(info, box, denom) if allow_rows and info.truncatable else info.height
-    try:
-        if rows < info.height:
-            # The shortened frame leaves trailing scan data, which libjpeg reports as a warning.
-            rgb = backend.decode_rgb(with_frame_height(data, info, rows), info.width, rows, denom, strict=False)
-        else:
-            rgb = backend.decode_rgb(data, info.width, info.height, denom, strict=True)
-    except (ValueError, OSError, RuntimeError) as exc:
-        raise FormatError(f"{name}: cannot decode JPEG: {exc}") from exc
-    # A reduced decode has ceil(side / denom) pixels: the exact factor per axis is side / that.
-    scale_x = info.width / -(-info.width // denom)
-    scale_y = info.height / -(-info.height // denom)
-    image = crop_resize(rgb, _scaled_box(box, scale_x, scale_y), out_w, out_h, flip)
-    return image, DecodeInfo(denom, rows, info.height)
+    region = decode_jpeg_region(data, box, out_w, out_h, backend, name, allow_reduced, allow_rows)
+    return crop_resize(region.pixels, region.box, out_w, out_h, flip, thread_scratch()), region.info
 
 
 def _open_pillow(data: bytes | memoryview, name: str) -> Image.Image:
@@ -234,9 +285,7 @@ def _open_pillow(data: bytes | memoryview, name: str) -> Image.Image:
     return image
 
 
-def _pillow_crop(
-    data: bytes | memoryview, box: CropBox, out_w: int, out_h: int, denom: int, name: str, flip: bool
-) -> tuple[torch.Tensor, DecodeInfo]:
+def _pillow_region(data: bytes | memoryview, box: CropBox, denom: int, name: str) -> Region:
     image = _open_pillow(data, name)
     full_w, full_h = image.size
     if denom > 1 and image.format == "JPEG":
@@ -248,8 +297,24 @@ def _pillow_crop(
         raise FormatError(f"{name}: cannot decode image: {exc}") from exc
     scale_x = full_w / pixels.shape[1]
     scale_y = full_h / pixels.shape[0]
-    out = crop_resize(pixels, _scaled_box(box, scale_x, scale_y), out_w, out_h, flip)
-    return out, DecodeInfo(max(1, round(scale_x)), full_h, full_h)
+    return Region(pixels, _scaled_box(box, scale_x, scale_y), DecodeInfo(max(1, round(scale_x)), full_h, full_h))
+
+
+def decode_encoded_region(
+    data: bytes | memoryview,
+    box: CropBox,
+    out_w: int,
+    out_h: int,
+    backend: JpegBackend | None,
+    name: str = "image",
+    allow_reduced: bool = True,
+    allow_rows: bool = True,
+    scratch: Scratch | None = None,
+) -> Region:
+    """:func:`decode_jpeg_region` for JPEG bytes; anything else decoded whole by Pillow."""
+    if is_jpeg(data):
+        return decode_jpeg_region(data, box, out_w, out_h, backend, name, allow_reduced, allow_rows, scratch)
+    return _pillow_region(data, box, 1, name)
 
 
 def decode_encoded_crop(
@@ -264,16 +329,22 @@ def decode_encoded_crop(
     flip: bool = False,
 ) -> tuple[torch.Tensor, DecodeInfo]:
     """Crop-aware decode of encoded bytes: JPEG through ``backend``, anything else through Pillow."""
-    if is_jpeg(data):
-        return decode_jpeg_crop(data, box, out_w, out_h, backend, name, allow_reduced, allow_rows, flip)
-    return _pillow_crop(data, box, out_w, out_h, 1, name, flip)
+    region = decode_encoded_region(data, box, out_w, out_h, backend, name, allow_reduced, allow_rows)
+    return crop_resize(region.pixels, region.box, out_w, out_h, flip, thread_scratch()), region.info
+
+
+def raw_region(pixels: np.ndarray, box: CropBox) -> Region:
+    """Stored uint8 pixels (HxWx1 or HxWx3) as a :class:`Region` for ``box`` (gray becomes RGB)."""
+    if pixels.shape[2] == 1:
+        pixels = np.repeat(pixels, 3, axis=2)
+    height = pixels.shape[0]
+    return Region(pixels, _scaled_box(box, 1.0, 1.0), DecodeInfo(1, height, height))
 
 
 def raw_crop(pixels: np.ndarray, box: CropBox, out_w: int, out_h: int, flip: bool = False) -> torch.Tensor:
     """Crop, resize and maybe mirror stored uint8 pixels (HxWx1 or HxWx3) to ``out_w`` x ``out_h`` RGB."""
-    if pixels.shape[2] == 1:
-        pixels = np.repeat(pixels, 3, axis=2)
-    return crop_resize(pixels, _scaled_box(box, 1.0, 1.0), out_w, out_h, flip)
+    region = raw_region(pixels, box)
+    return crop_resize(region.pixels, region.box, out_w, out_h, flip, thread_scratch())
 
 
 def decode_full(data: bytes | memoryview, backend: JpegBackend | None = None, name: str = "image") -> np.ndarray:

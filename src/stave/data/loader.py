@@ -36,9 +36,10 @@ from stave import device as dev
 from stave.data import format as fmt
 from stave.data.crop import DEFAULT_RATIO, DEFAULT_SCALE, center_crop_boxes, random_resized_crop_boxes
 from stave.data.dataset import PackedDataset
-from stave.data.decode import CropBox, decode_jpeg_crop, get_backend, raw_crop
+from stave.data.decode import CropBox, DecodeInfo, decode_jpeg_region, get_backend, raw_region
 from stave.data.device_loader import DeviceLoader
-from stave.data.resize import serial_torch_in_this_thread
+from stave.data.hostmem import empty_batch, thread_scratch
+from stave.data.resize import crop_resize_into, serial_torch_in_this_thread
 from stave.data.order import OrderSpec, batch_rng, rank_indices
 from stave.errors import FormatError, UsageError
 
@@ -167,6 +168,9 @@ class ImageLoader:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._slots: list[torch.Tensor] = []
         self._out_ring: list[torch.Tensor | None] = []
+        # Slots rotate across epochs too: restarting at 0 each epoch would hit the slot of the batch
+        # the caller's loop variable still holds, forcing a new buffer at every epoch boundary.
+        self._slot_seq = 0
         self.buffers_allocated = 0
         self._slot_events: list[Any] = []
         self._pin = dev.is_cuda(self.device) and dev.pin_memory_available()
@@ -322,9 +326,8 @@ class ImageLoader:
         buffer = self._out_ring[slot]
         # References: the ring's entry, ``buffer`` and getrefcount's argument; any more are the caller's.
         if buffer is None or sys.getrefcount(buffer) > 3:
-            memory_format = torch.channels_last if self._channels_last else torch.contiguous_format
             shape = (self.spec.batch_size, 3, self.size, self.size)
-            buffer = torch.empty(shape, dtype=self._out_dtype, memory_format=memory_format)
+            buffer = empty_batch(shape, self._out_dtype, self._channels_last)
             self._out_ring[slot] = buffer
             self.buffers_allocated += 1
         return buffer
@@ -339,34 +342,40 @@ class ImageLoader:
                 rows_total += info.rows_total
         self.stats.add(len(rows), reduced, rows_decoded, rows_total)
 
-    def decode_into(self, out: torch.Tensor, index: int, box_xywh: np.ndarray, flip: bool) -> Any:
+    def decode_into(self, out: torch.Tensor, index: int, box_xywh: np.ndarray, flip: bool) -> DecodeInfo | None:
         """Decode sample ``index`` under ``box_xywh`` into ``out``.
 
         ``out`` is a 3 x size x size row of the output batch (CPU device: normalized there) or a
-        size x size x 3 uint8 row of a pinned staging buffer (GPU device).
+        size x size x 3 uint8 row of a pinned staging buffer (GPU device). Every intermediate (decoded
+        pixels, crop, resized image, planar copy) lives in this thread's scratch buffers: nothing of
+        image size is allocated per sample (docs/data.md has the measurements).
         """
         data = self.dataset.sample_bytes(index)
         box = CropBox(*(float(v) for v in box_xywh))
+        scratch = thread_scratch()
         info = None
         if self.dataset.encodings[index] == fmt.ENC_RAW:
             pixels = np.frombuffer(data, dtype=np.uint8).reshape(
                 int(self.dataset.heights[index]), int(self.dataset.widths[index]), int(self.dataset.channels[index])
             )
-            image = raw_crop(pixels, box, self.size, self.size)
+            region = raw_region(pixels, box)
         else:
             name = f"{self.dataset.shard_name(index)} sample {index}"
-            image, info = decode_jpeg_crop(data, box, self.size, self.size, self._backend, name, self.reduced_decode)
-        pixels_hwc = image.numpy()
-        if flip:
-            pixels_hwc = pixels_hwc[:, ::-1]  # a numpy view: the copy below does the mirroring
+            region = decode_jpeg_region(data, box, self.size, self.size, self._backend, name, self.reduced_decode, scratch=scratch)
+            info = region.info
+        resized = scratch.array("resized", (self.size, self.size, 3))
+        crop_resize_into(region.pixels, region.box, resized, scratch)
+        pixels_hwc = resized[:, ::-1] if flip else resized  # a view: the copy below does the mirroring
         if self.transform is not None:
             pixels_hwc = self._user_transform(pixels_hwc)
         if self._host_constants is None:
-            out.copy_(torch.from_numpy(np.ascontiguousarray(pixels_hwc)))  # HWC uint8 slot row (GPU path)
+            np.copyto(out.numpy(), pixels_hwc)  # HWC uint8 row of the (pinned) staging buffer: GPU path
         else:
-            # HWC uint8 -> CHW in one numpy copy (flip included), then a contiguous cast: ~25% cheaper
-            # than one strided cast-and-transpose copy_ (docs/data.md).
-            out.copy_(torch.from_numpy(np.ascontiguousarray(pixels_hwc.transpose(2, 0, 1))))
+            # HWC -> CHW as a uint8 numpy copy (flip included), then a contiguous cast: cheaper than one
+            # strided cast-and-transpose copy_ (docs/data.md).
+            planar = scratch.array("planar", (3, self.size, self.size))
+            np.copyto(planar, pixels_hwc.transpose(2, 0, 1))
+            out.copy_(torch.from_numpy(planar))
             if self._host_constants[0] is not None:
                 out.mul_(self._host_constants[0]).sub_(self._host_constants[1])
         return info
@@ -392,7 +401,8 @@ class ImageLoader:
             nonlocal next_batch
             lo = next_batch * self.spec.batch_size
             idx = indices_all[lo : lo + self.spec.batch_size]
-            jobs.append(self._submit(epoch, next_batch, next_batch % ring, idx))
+            jobs.append(self._submit(epoch, next_batch, self._slot_seq % ring, idx))
+            self._slot_seq += 1
             next_batch += 1
 
         try:

@@ -19,10 +19,13 @@ import functools
 import glob
 import logging
 import os
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from stave.data.hostmem import Scratch
 
 log = logging.getLogger(__name__)
 
@@ -60,35 +63,72 @@ def serial_torch_in_this_thread() -> bool:
     return True
 
 
+def _pixel_box(box: tuple[float, float, float, float], width: int, height: int) -> tuple[int, int, int, int]:
+    """``box`` rounded to whole pixels and clamped inside a ``width`` x ``height`` image, never empty."""
+    x0 = min(max(0, int(round(box[0]))), width - 1)
+    y0 = min(max(0, int(round(box[1]))), height - 1)
+    x1 = max(x0 + 1, min(width, int(round(box[2]))))
+    y1 = max(y0 + 1, min(height, int(round(box[3]))))
+    return x0, y0, x1, y1
+
+
+@functools.lru_cache(maxsize=1)
+def _resize_out_op() -> Any:
+    """torch's antialiased bilinear op with an ``out=`` overload (writes into a caller's buffer), if any."""
+    try:
+        return torch.ops.aten._upsample_bilinear2d_aa.out
+    except (AttributeError, RuntimeError) as exc:
+        log.debug("no out= overload of the antialiased resize (%s); using F.interpolate", exc)
+        return None
+
+
+def crop_resize_into(
+    pixels: np.ndarray, box: tuple[float, float, float, float], out: np.ndarray, scratch: Scratch | None = None
+) -> None:
+    """Crop ``pixels`` (HxWx3 uint8) to ``box`` = (x0, y0, x1, y1) and resize it into ``out``.
+
+    ``out`` is a C-contiguous ``out_h x out_w x 3`` uint8 array; nothing is allocated per call when it
+    and ``scratch`` (where a non-contiguous crop is copied) are reused. Box edges are rounded to whole
+    pixels (a shift of at most half a pixel of the decoded image).
+    """
+    if out.dtype != np.uint8 or out.ndim != 3 or out.shape[2] != 3 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous HxWx3 uint8 array, got {out.shape} {out.dtype}")
+    out_h, out_w = out.shape[:2]
+    x0, y0, x1, y1 = _pixel_box(box, pixels.shape[1], pixels.shape[0])
+    region = pixels[y0:y1, x0:x1]
+    if (x1 - x0, y1 - y0) == (out_w, out_h):
+        np.copyto(out, region)
+        return
+    if not (region.flags.c_contiguous and region.flags.writeable):
+        # A full-width crop of a writable decode is already contiguous: no copy at all. Otherwise numpy
+        # copies the rows (memcpy); torch's strided copy of the same was ~3x slower.
+        copy = scratch.array("crop", region.shape) if scratch is not None else np.empty(region.shape, np.uint8)
+        np.copyto(copy, region)
+        region = copy
+    # Channels-last memory (NHWC seen as NCHW): the vectorized uint8 kernel's input and output layout.
+    source = torch.from_numpy(region).unsqueeze(0).permute(0, 3, 1, 2)
+    target = torch.from_numpy(out).unsqueeze(0).permute(0, 3, 1, 2)
+    op = _resize_out_op()
+    if op is not None:
+        op(source, [out_h, out_w], False, None, None, out=target)
+    else:
+        target.copy_(F.interpolate(source, size=(out_h, out_w), mode="bilinear", antialias=True, align_corners=False))
+
+
 def crop_resize(
     pixels: np.ndarray,
     box: tuple[float, float, float, float],
     out_w: int,
     out_h: int,
     flip: bool = False,
+    scratch: Scratch | None = None,
 ) -> torch.Tensor:
-    """Crop ``pixels`` (HxWx3 uint8) to ``box`` = (x0, y0, x1, y1), resize to ``out_h x out_w x 3``.
+    """Crop ``pixels`` (HxWx3 uint8) to ``box`` = (x0, y0, x1, y1), resize to a new ``out_h x out_w x 3`` tensor.
 
-    Box edges are rounded to whole pixels (a shift of at most half a pixel of the decoded image).
-    Returns an HWC uint8 tensor (possibly a strided view), mirrored left-right when ``flip``.
+    Mirrored left-right when ``flip``. The result never shares memory with ``pixels`` or ``scratch``.
     """
-    height, width = pixels.shape[:2]
-    x0 = min(max(0, int(round(box[0]))), width - 1)
-    y0 = min(max(0, int(round(box[1]))), height - 1)
-    x1 = max(x0 + 1, min(width, int(round(box[2]))))
-    y1 = max(y0 + 1, min(height, int(round(box[3]))))
-    if (x1 - x0, y1 - y0) == (out_w, out_h):
-        # np.array: a writable copy (torch will not wrap read-only mapped or Pillow memory silently).
-        result = torch.from_numpy(np.array(pixels[y0:y1, x0:x1]))
-    else:
-        # numpy copies the crop row by row (memcpy); torch's strided copy of the same was ~3x slower.
-        region = pixels[y0:y1, x0:x1]
-        if not (region.flags.c_contiguous and region.flags.writeable):
-            region = np.array(region)
-        crop = torch.from_numpy(region)
-        nhwc = crop.unsqueeze(0).permute(0, 3, 1, 2)  # channels-last memory: the vectorized kernel's input
-        resized = F.interpolate(nhwc, size=(out_h, out_w), mode="bilinear", antialias=True, align_corners=False)
-        result = resized[0].permute(1, 2, 0)
+    result = np.empty((out_h, out_w, 3), dtype=np.uint8)
+    crop_resize_into(pixels, box, result, scratch)
     if flip:
-        return result.flip(1)  # a copy, contiguous
-    return result  # may be a strided view: callers copy it into their batch anyway
+        result = np.ascontiguousarray(result[:, ::-1])
+    return torch.from_numpy(result)
