@@ -71,8 +71,15 @@ def main(argv=None) -> None:
     # uint8 on the wire: Resize stays in the loader, ToTensor + Normalize move to the device.
     transform = transforms.Compose([transforms.Resize(args.size), transforms.PILToTensor()])
     dataset = FakeCIFAR(args.samples, transform=transform, seed=args.seed)
-    loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                        persistent_workers=args.workers > 0, pin_memory=on_gpu, drop_last=True)
+    loader = DataLoader(
+        dataset,
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+        persistent_workers=args.workers > 0,
+        pin_memory=on_gpu,
+        drop_last=True,
+    )
     memory_format = torch.channels_last if bf16 else torch.contiguous_format
     model = build_model().to(device, memory_format=memory_format)
     # The seed's SGD, with the learning rate scaled linearly with the batch.

@@ -39,7 +39,8 @@ def tune_code(spec: JobSpec, baseline: RunConfig, final: RunConfig, image_inputs
         header.append("# changed: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
     if final.batch_size != baseline.batch_size:
         header.append(
-            f"# batch {baseline.batch_size} -> {final.batch_size}: scale the learning rate with it and re-check convergence"
+            f"# batch {baseline.batch_size} -> {final.batch_size}: "
+            "scale the learning rate with it and re-check convergence"
         )
     probe = spec.optimizer(spec.model())
     normalize = spec.normalize if (final.uint8 and final.loader == TORCH_LOADER) else None

@@ -124,7 +124,7 @@ class Comparison:
         return max(peaks) if peaks else None
 
     def decided(self, min_gain: float = MIN_GAIN) -> str:
-        """"faster", "slower" or "open", from the interval against ``1 ± min_gain``."""
+        """ "faster", "slower" or "open", from the interval against ``1 ± min_gain``."""
         lo, hi = self.interval
         if lo > 1.0 + min_gain:
             return "faster"

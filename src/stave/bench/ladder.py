@@ -10,25 +10,31 @@ against itself fed one device batch over and over (``fed_ratio``), and its MFU i
 from __future__ import annotations
 
 import logging
-import os
-import platform
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
-from stave import __version__
 from stave import device as dev
 from stave.analyze.stats import median
-from stave.bench import mfu as mfu_mod
-from stave.bench.code import tune_code
-from stave.bench.compare import MIN_GAIN, Comparison, TimingPlan, compare, verdict
-from stave.bench.losscheck import INPUT_STAT_TOL, LOSS_CHECK_STEPS, LOSS_NOISE_FACTOR, LOSS_REL_TOL, OUTPUT_REL_TOL, LossChecker
+from stave.bench import compare as cmp
+from stave.bench.compare import MIN_GAIN, Comparison, TimingPlan, verdict
+from stave.bench.final import finish, machine_facts
+from stave.bench.losscheck import LOSS_CHECK_STEPS, LOSS_REL_TOL, LossChecker
 from stave.bench.memory import cpu_batch_cap, saved_activation_bytes
 from stave.bench.pipeline import check_batches, image_inputs
 from stave.bench.result import (
-    BASELINE, KEPT, REVERT_ERROR, REVERT_LOSS, REVERT_SPEED, REVERTED, SKIPPED, LadderResult, RungResult, Trial,
+    BASELINE,
+    KEPT,
+    REVERT_ERROR,
+    REVERT_LOSS,
+    REVERT_SPEED,
+    REVERTED,
+    SKIPPED,
+    LadderResult,
+    RungResult,
+    Trial,
 )
 from stave.bench.rungs import Context, Plan, Rung, default_rungs
 from stave.bench.session import Session, build_model
@@ -43,7 +49,17 @@ Progress = Callable[[str], None]
 
 # Fields whose change can alter the arithmetic; a candidate equal to the reference in all of them
 # computes exactly what the reference computes, and its loss check is skipped as trivially exact.
-_NUMERIC_FIELDS = ("uint8", "loader", "precision", "channels_last", "compile", "compile_mode", "optimizer_impl", "cuda_graphs", "cudnn_benchmark")
+_NUMERIC_FIELDS = (
+    "uint8",
+    "loader",
+    "precision",
+    "channels_last",
+    "compile",
+    "compile_mode",
+    "optimizer_impl",
+    "cuda_graphs",
+    "cudnn_benchmark",
+)
 
 
 @dataclass(frozen=True)
@@ -64,7 +80,7 @@ class LadderOptions:
         return TimingPlan(warmup_steps=1, pairs=3, max_pairs=4, min_steps=min_steps or 1, min_s=0.1)
 
 
-class _Ladder:
+class Climb:
     """State of one climb: sessions by configuration, the loss checker, results so far."""
 
     def __init__(self, spec: JobSpec, options: LadderOptions, progress: Progress) -> None:
@@ -81,8 +97,13 @@ class _Ladder:
             batch_size=spec.batch_size, num_workers=spec.num_workers, train=TrainConfig(set_to_none=spec.set_to_none)
         )
         self.checker = LossChecker(
-            spec, self.device, self.initial_state, self.baseline, self.image_inputs,
-            steps=options.loss_steps, tolerance=options.loss_tolerance,
+            spec,
+            self.device,
+            self.initial_state,
+            self.baseline,
+            self.image_inputs,
+            steps=options.loss_steps,
+            tolerance=options.loss_tolerance,
         )
         self.sessions: dict[RunConfig, Session] = {}
         self.x_of: dict[RunConfig, float] = {self.baseline: 1.0}
@@ -94,7 +115,11 @@ class _Ladder:
     def session(self, config: RunConfig) -> Session:
         if config not in self.sessions:
             self.sessions[config] = Session(
-                self.spec, config, self.device, self.initial_state, self.image_inputs and config.train.channels_last,
+                self.spec,
+                config,
+                self.device,
+                self.initial_state,
+                self.image_inputs and config.train.channels_last,
                 seed=self.options.seed,
             )
         return self.sessions[config]
@@ -112,8 +137,14 @@ class _Ladder:
         key = (config.train.precision, config.train.channels_last, config.uint8, config.loader)
         if key not in self._activation_bytes:
             size = min(config.batch_size, 8)
-            batch = check_batches(self.spec, config.with_changes(batch_size=size), self.device,
-                                  self.image_inputs and config.train.channels_last, size, 1)[0]
+            batch = check_batches(
+                self.spec,
+                config.with_changes(batch_size=size),
+                self.device,
+                self.image_inputs and config.train.channels_last,
+                size,
+                1,
+            )[0]
             model = build_model(self.spec, self.initial_state).to(self.device)
             if config.train.channels_last:
                 model = model.to(memory_format=torch.channels_last)
@@ -142,7 +173,9 @@ class _Ladder:
                 trial.loss_tolerance, trial.loss_passed = check.tolerance, check.passed
                 trial.targets_match = check.targets_match
                 loss_text = check.describe()
-            comparison = compare(self.session(base), self.session(candidate), self.options.timing, self.options.min_gain)
+            comparison = cmp.compare(
+                self.session(base), self.session(candidate), self.options.timing, self.options.min_gain
+            )
         except (StaveError, RuntimeError, MemoryError, ValueError) as exc:
             self.sessions.pop(candidate, None)
             kind = "out of memory" if dev.is_out_of_memory(exc) else f"{type(exc).__name__}: {exc}"
@@ -256,23 +289,6 @@ def _revert_kind(trials: list[Trial]) -> str:
     return REVERT_SPEED if REVERT_SPEED in kinds else (kinds.pop() or REVERT_ERROR)
 
 
-def machine_facts(device: torch.device) -> dict[str, Any]:
-    """Where the numbers were measured (with the load average: a busy machine makes them noisy)."""
-    info = dev.describe_device(device)
-    return {
-        "load_avg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
-        "device": info.type,
-        "device_name": info.name,
-        "cores_usable": dev.usable_cores(),
-        "torch_threads": torch.get_num_threads(),
-        "bf16_native": info.bf16_native,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "stave": __version__,
-        "platform": platform.platform(),
-    }
-
-
 def run_ladder(
     spec: JobSpec,
     options: LadderOptions | None = None,
@@ -283,7 +299,7 @@ def run_ladder(
     options = options or LadderOptions()
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
-    ladder = _Ladder(spec, options, say)
+    ladder = Climb(spec, options, say)
     ctx = Context(spec, ladder.device, options.quick, ladder.image_inputs, ladder.batch_cap)
     current = ladder.baseline
     ladder.results.append(RungResult("baseline", "baseline", BASELINE, "the job as written"))
@@ -293,89 +309,6 @@ def run_ladder(
             ladder.results.append(result)
             ctx.results[rung.name] = result
             ladder.drop_sessions({current})
-        return _finish(ladder, current, started)
+        return finish(ladder, current, started)
     finally:
         ladder.drop_sessions(set())
-
-
-def _finish(ladder: _Ladder, final: RunConfig, started: float) -> LadderResult:
-    spec, options, say = ladder.spec, ladder.options, ladder.progress
-    say("final configuration against a fresh baseline:")
-    fresh = Session(spec, ladder.baseline, ladder.device, ladder.initial_state, False, seed=options.seed + 1)
-    final_session = ladder.session(final)
-    try:
-        direct = compare(fresh, final_session, options.timing)
-    finally:
-        fresh.close()
-    say(f"  {direct.ratio:.2f}x (±{direct.noise:.0%})")
-    baseline_row = ladder.results[0]
-    baseline_row.trials.append(Trial("baseline", {}, ladder.baseline, samples_per_s=direct.a_rate,
-                                     ratio=1.0, x_baseline=1.0, data_wait_share=median([w.wait_share for w in direct.a]),
-                                     peak_mem_bytes=max((w.peak_mem_bytes or 0 for w in direct.a), default=None) or None,
-                                     max_loss_dev=0.0, output_dev=0.0, input_dev=0.0, loss_passed=True, accepted=True,
-                                     window_rates=[w.samples_per_s for w in direct.a]))
-    baseline_row.chosen = baseline_row.trials[0]
-
-    say("final configuration against the same step fed one device batch:")
-    batch = final_session.sample_batch()
-    fed_session = Session(spec, final, ladder.device, ladder.initial_state,
-                          ladder.image_inputs and final.train.channels_last, seed=options.seed, fed_batch=batch)
-    try:
-        fed_cmp = compare(fed_session, final_session, options.timing)
-    finally:
-        fed_session.close()
-    say(f"  fed ratio {fed_cmp.ratio:.3f} (±{fed_cmp.noise:.1%})")
-
-    flops_model = build_model(spec, ladder.initial_state).to(ladder.device)
-    if final.train.channels_last and ladder.image_inputs:
-        flops_model = flops_model.to(memory_format=torch.channels_last)
-    flops = mfu_mod.step_flops(flops_model, spec.loss, batch[0], batch[1], final.train.precision)
-    per_sample = flops / final.batch_size if flops else None
-    peak_final = mfu_mod.peak_flops(ladder.device, final.train.precision)
-    peak_base = mfu_mod.peak_flops(ladder.device, ladder.baseline.train.precision)
-    base_rate, final_rate = direct.a_rate, direct.b_rate
-    mfu = {
-        "flops_per_sample": per_sample,
-        "flops_per_item": per_sample / spec.items_per_sample if per_sample and spec.unit == "tokens" else per_sample,
-        "baseline": mfu_mod.mfu(per_sample, base_rate, peak_base),
-        "final": mfu_mod.mfu(per_sample, final_rate, peak_final),
-        "baseline_peak_flops_per_s": peak_base.flops_per_s,
-        "final_peak_flops_per_s": peak_final.flops_per_s,
-        "baseline_peak_dtype": peak_base.dtype,
-        "final_peak_dtype": peak_final.dtype,
-        "peak_source": peak_final.source,
-    }
-    chain = ladder.x_of.get(final, 1.0)
-    code = tune_code(spec, ladder.baseline, final, ladder.image_inputs)
-    return LadderResult(
-        workload=spec.name,
-        description=spec.description,
-        unit=spec.unit,
-        items_per_sample=spec.items_per_sample,
-        machine={**ladder.machine, "load_avg_1m_end": machine_facts(ladder.device)["load_avg_1m"]},
-        options={
-            "quick": options.quick, "seed": options.seed, "warmup_steps": options.timing.warmup_steps,
-            "windows_per_config": options.timing.pairs, "min_window_steps": options.timing.min_steps,
-            "min_window_s": options.timing.min_s, "min_gain": options.min_gain,
-        },
-        baseline=ladder.baseline,
-        final=final,
-        rungs=ladder.results,
-        baseline_samples_per_s=base_rate,
-        final_samples_per_s=final_rate,
-        best_speedup=direct.ratio,
-        best_speedup_noise=direct.noise,
-        chain_speedup=chain,
-        fed={"ratio": fed_cmp.ratio, "noise": fed_cmp.noise, "real_samples_per_s": fed_cmp.b_rate,
-             "fed_samples_per_s": fed_cmp.a_rate},
-        mfu=mfu,
-        loss_check={
-            "steps": options.loss_steps, "tolerance": options.loss_tolerance, "noise_factor": LOSS_NOISE_FACTOR,
-            "output_tolerance": OUTPUT_REL_TOL, "input_tolerance": INPUT_STAT_TOL,
-            "metric": "losses: max |loss - fp32| / |fp32| over the first steps (tolerance: max(tolerance, noise_factor x "
-                      "the deviation bf16-rounded weights cause)); inputs: channel mean/sd shift in sds; "
-                      "outputs: ||out - fp32 out|| / ||fp32 out|| on the first batch",
-        },
-        code=code,
-        duration_s=time.perf_counter() - started,
-    )

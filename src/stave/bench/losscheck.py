@@ -139,7 +139,9 @@ class LossCheck:
         if not self.inputs_passed:
             return f"inputs changed: channel statistics off by {self.input_dev:.2f} sd > {self.input_tolerance}"
         if not self.outputs_passed:
-            return f"outputs off by {self.output_dev:.0%} > {self.output_tolerance:.0%} (losses within {self.max_dev:.2%})"
+            return (
+                f"outputs off by {self.output_dev:.0%} > {self.output_tolerance:.0%} (losses within {self.max_dev:.2%})"
+            )
         if not self.losses_passed:
             return f"loss off by {self.max_dev:.2%} > {self.tolerance:.1%} at step {self.worst_step}"
         return f"loss within {self.max_dev:.2%}"
@@ -230,7 +232,9 @@ class LossChecker:
         self._references: dict[tuple[int, str], CheckRun] = {}
         self._tolerances: dict[tuple[int, str], float] = {}
 
-    def run(self, config: RunConfig, order: str | None = None, state: dict[str, torch.Tensor] | None = None) -> CheckRun:
+    def run(
+        self, config: RunConfig, order: str | None = None, state: dict[str, torch.Tensor] | None = None
+    ) -> CheckRun:
         """``config``'s first outputs, input statistics and losses on the check batches."""
         channels_last = self.image_inputs and config.train.channels_last
         batches = check_batches(self.spec, config, self.device, channels_last, config.batch_size, self.steps, order)
@@ -246,7 +250,10 @@ class LossChecker:
         # SYNC: one transfer of all losses at the end, not one per step.
         losses = tuple(float(v) for v in torch.stack(values).float().cpu().tolist())
         return CheckRun(
-            losses, outputs.cpu() if outputs is not None else None, stats, targets.cpu() if targets is not None else None
+            losses,
+            outputs.cpu() if outputs is not None else None,
+            stats,
+            targets.cpu() if targets is not None else None,
         )
 
     def reference(self, batch_size: int, order: str) -> CheckRun:
@@ -261,14 +268,23 @@ class LossChecker:
         key = (batch_size, order)
         if key not in self._tolerances:
             rounded = {
-                k: (v.to(torch.bfloat16).to(v.dtype) if v.is_floating_point() else v) for k, v in self.initial_state.items()
+                k: (v.to(torch.bfloat16).to(v.dtype) if v.is_floating_point() else v)
+                for k, v in self.initial_state.items()
             }
             perturbed = self.run(self.reference_config.with_changes(batch_size=batch_size), order, rounded)
-            devs = [d for d in loss_deviations(perturbed.losses, self.reference(batch_size, order).losses) if math.isfinite(d)]
+            devs = [
+                d
+                for d in loss_deviations(perturbed.losses, self.reference(batch_size, order).losses)
+                if math.isfinite(d)
+            ]
             sensitivity = max(devs, default=0.0)
             self._tolerances[key] = max(self.tolerance, LOSS_NOISE_FACTOR * sensitivity)
-            log.info("loss tolerance at batch %d: %.3f (bf16-rounded weights moved the losses by %.4f)",
-                     batch_size, self._tolerances[key], sensitivity)
+            log.info(
+                "loss tolerance at batch %d: %.3f (bf16-rounded weights moved the losses by %.4f)",
+                batch_size,
+                self._tolerances[key],
+                sensitivity,
+            )
         return self._tolerances[key]
 
     def check(self, config: RunConfig) -> LossCheck:

@@ -22,7 +22,9 @@ RAM_SHARE_FOR_BATCH = 0.5
 SAVED_TO_PEAK_FACTOR = 2.0
 
 
-def saved_activation_bytes(model: torch.nn.Module, loss_fn: Any, inputs: Any, targets: torch.Tensor, precision: str) -> int:
+def saved_activation_bytes(
+    model: torch.nn.Module, loss_fn: Any, inputs: Any, targets: torch.Tensor, precision: str
+) -> int:
     """Bytes of the distinct storages autograd saves during one forward on this batch."""
     storages: dict[int, int] = {}
 

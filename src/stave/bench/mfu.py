@@ -68,7 +68,11 @@ def peak_flops(device: torch.device, precision: str) -> Peak:
     """The peak this step's MFU is measured against."""
     if dev.is_cuda(device):
         info = dev.describe_device(device)
-        return Peak(info.peak_flops_bf16, "bf16/fp16 tensor core", f"datasheet ({info.name})" if info.peak_flops_bf16 else f"unknown GPU {info.name}")
+        return Peak(
+            info.peak_flops_bf16,
+            "bf16/fp16 tensor core",
+            f"datasheet ({info.name})" if info.peak_flops_bf16 else f"unknown GPU {info.name}",
+        )
     dtype = "bf16" if precision == "bf16" else "fp32"
     return Peak(cpu_peak_flops(dtype), dtype, f"{PEAK_MATMUL_N}x{PEAK_MATMUL_N} {dtype} matmul on this CPU")
 

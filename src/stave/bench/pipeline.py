@@ -209,7 +209,12 @@ def check_order(config: RunConfig) -> str:
 
 
 def check_batches(
-    spec: JobSpec, config: RunConfig, device: torch.device, channels_last: bool, batch_size: int, count: int,
+    spec: JobSpec,
+    config: RunConfig,
+    device: torch.device,
+    channels_last: bool,
+    batch_size: int,
+    count: int,
     order: str | None = None,
 ) -> list[Batch]:
     """The loss check's batches, device-ready: ``count * batch_size`` samples, the same for every config.
@@ -236,7 +241,9 @@ def check_batches(
         if callable(close):
             close()
         if len(batches) < count:
-            raise UsageError(f"loader {config.loader!r} gave {len(batches)} evaluation batches, the loss check needs {count}")
+            raise UsageError(
+                f"loader {config.loader!r} gave {len(batches)} evaluation batches, the loss check needs {count}"
+            )
         return batches
     if config.uint8:
         dataset = spec.check_uint8_dataset or spec.uint8_dataset

@@ -56,24 +56,32 @@ def ladder_html(result: LadderResult) -> str:
     for rung in result.rungs:
         shown = rung.shown
         rate = scaled_rate(result, shown.samples_per_s) if shown else None
-        rows.append([
-            rung.title,
-            shown.label if shown and rung.status != BASELINE else ("as written" if shown else "-"),
-            "-" if rate is None else f"{rate:,.1f}",
-            "-" if not shown or shown.x_baseline is None else f"{shown.x_baseline:.2f}x",
-            "-" if not shown or shown.data_wait_share is None else f"{shown.data_wait_share:.0%}",
-            _pct(shown.max_loss_dev) if shown else "-",
-            rung.status,
-            rung.reason,
-        ])
+        rows.append(
+            [
+                rung.title,
+                shown.label if shown and rung.status != BASELINE else ("as written" if shown else "-"),
+                "-" if rate is None else f"{rate:,.1f}",
+                "-" if not shown or shown.x_baseline is None else f"{shown.x_baseline:.2f}x",
+                "-" if not shown or shown.data_wait_share is None else f"{shown.data_wait_share:.0%}",
+                _pct(shown.max_loss_dev) if shown else "-",
+                rung.status,
+                rung.reason,
+            ]
+        )
     chart = ladder_chart(result)
     machine = [(k, v) for k, v in result.machine.items() if v is not None]
     body = [
         f"<h1>stave bench ladder: {esc(result.workload)}</h1>",
         f'<p class="sub">{esc(result.description)}</p>',
         section("Result", "".join(f"<p>{esc(line)}</p>" for line in summary_lines(result))),
-        section("Rungs", table(["rung", "setting", unit, "x baseline", "data wait", "loss dev", "status", "reason"],
-                               rows, numeric=(2, 3, 4, 5))),
+        section(
+            "Rungs",
+            table(
+                ["rung", "setting", unit, "x baseline", "data wait", "loss dev", "status", "reason"],
+                rows,
+                numeric=(2, 3, 4, 5),
+            ),
+        ),
         section("Chart", f'<div class="chart">{to_svg(chart, size_in=_size(chart))}</div>'),
         section("Final configuration", f"<pre>{esc(result.code)}</pre>"),
         section("Machine", key_values(machine)),

@@ -88,7 +88,9 @@ def rung_json(rung: RungResult, result: LadderResult) -> dict[str, Any]:
 
 def to_json(result: LadderResult) -> dict[str, Any]:
     """The whole report as a JSON-able dict."""
-    mfu = {k: (_num(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v) for k, v in result.mfu.items()}
+    mfu = {
+        k: (_num(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v) for k, v in result.mfu.items()
+    }
     return {
         "schema": SCHEMA,
         "workload": {

@@ -48,7 +48,8 @@ def _row(result: LadderResult, rung: RungResult) -> list[Text | str]:
         shown.label if rung.status != BASELINE else "as written",
         _fmt(scaled_rate(result, shown.samples_per_s), ",.1f"),
         _fmt(shown.x_baseline, ".2f") + ("x" if shown.x_baseline is not None else ""),
-        _fmt(None if shown.data_wait_share is None else shown.data_wait_share * 100, ".0f") + ("%" if shown.data_wait_share is not None else ""),
+        _fmt(None if shown.data_wait_share is None else shown.data_wait_share * 100, ".0f")
+        + ("%" if shown.data_wait_share is not None else ""),
         "-" if dev is None else ("inf" if dev == float("inf") else f"{dev:.2%}"),
         status,
         rung.reason,
@@ -59,7 +60,8 @@ def ladder_table(result: LadderResult) -> Table:
     """The per-rung table."""
     machine = result.machine
     table = Table(
-        title=f"stave bench ladder: {result.workload} on {machine.get('device_name', '?')} ({machine.get('cores_usable', '?')} cores)",
+        title=f"stave bench ladder: {result.workload} on {machine.get('device_name', '?')} "
+        f"({machine.get('cores_usable', '?')} cores)",
         title_justify="left",
         expand=False,
     )
@@ -79,16 +81,21 @@ def ladder_table(result: LadderResult) -> Table:
 def summary_lines(result: LadderResult) -> list[str]:
     """The lines under the table: speedup, fed ratio, MFU, loss tolerance, load."""
     unit = rate_label(result)
+
+    def rate(samples_per_s: float | None) -> str:
+        return _fmt(scaled_rate(result, samples_per_s), ",.1f")
+
     lines = [
-        f"best kept configuration: {_fmt(scaled_rate(result, result.final_samples_per_s), ',.1f')} {unit}, "
-        f"{result.best_speedup:.2f}x the baseline's {_fmt(scaled_rate(result, result.baseline_samples_per_s), ',.1f')} "
-        f"(timed side by side, ±{result.best_speedup_noise:.0%}; product of the kept rungs' ratios {result.chain_speedup:.2f}x)",
+        f"best kept configuration: {rate(result.final_samples_per_s)} {unit}, "
+        f"{result.best_speedup:.2f}x the baseline's {rate(result.baseline_samples_per_s)} "
+        f"(timed side by side, ±{result.best_speedup_noise:.0%}; "
+        f"product of the kept rungs' ratios {result.chain_speedup:.2f}x)",
     ]
     fed = result.fed
     if fed.get("ratio") is not None:
         lines.append(
-            f"fed ratio: {fed['ratio']:.3f} (real input pipeline {_fmt(scaled_rate(result, fed['real_samples_per_s']), ',.1f')} "
-            f"vs one device batch fed over and over {_fmt(scaled_rate(result, fed['fed_samples_per_s']), ',.1f')} {unit})"
+            f"fed ratio: {fed['ratio']:.3f} (real input pipeline {rate(fed['real_samples_per_s'])} "
+            f"vs one device batch fed over and over {rate(fed['fed_samples_per_s'])} {unit})"
         )
     mfu = result.mfu
     if mfu.get("final") is not None:
@@ -109,7 +116,9 @@ def summary_lines(result: LadderResult) -> list[str]:
     load, end = result.machine.get("load_avg_1m"), result.machine.get("load_avg_1m_end")
     cores = result.machine.get("cores_usable") or 1
     if load is not None and end is not None and max(load, end) > cores:
-        lines.append(f"note: load average {load:.1f} -> {end:.1f} on {cores} cores: the machine was busy, ratios are noisy")
+        lines.append(
+            f"note: load average {load:.1f} -> {end:.1f} on {cores} cores: the machine was busy, ratios are noisy"
+        )
     return lines + list(result.notes)
 
 

@@ -37,14 +37,26 @@ class Benchmark:
 
 def _ladder(workload: str) -> Benchmark:
     def argv(out: Path, quick: bool) -> list[str]:
-        base = ["-m", "stave", "bench", "ladder", "--workload", workload,
-                "--json", str(out / f"ladder-{workload}.json"),
-                "--html", str(out / f"ladder-{workload}.html"),
-                "--png", str(out / f"ladder-{workload}.png")]
+        base = [
+            "-m",
+            "stave",
+            "bench",
+            "ladder",
+            "--workload",
+            workload,
+            "--json",
+            str(out / f"ladder-{workload}.json"),
+            "--html",
+            str(out / f"ladder-{workload}.html"),
+            "--png",
+            str(out / f"ladder-{workload}.png"),
+        ]
         return base + (["--quick"] if quick else [])
 
     return Benchmark(
-        f"ladder:{workload}", "stave.bench.ladder", argv,
+        f"ladder:{workload}",
+        "stave.bench.ladder",
+        argv,
         lambda out: [out / f"ladder-{workload}.{ext}" for ext in ("json", "html", "png")],
     )
 
@@ -87,7 +99,13 @@ def run_one(bench: Benchmark, out: Path, quick: bool) -> dict[str, object]:
     elapsed = time.perf_counter() - start
     written = [str(p) for p in bench.outputs(out) if p.exists()]
     status = "ok" if code == 0 else "failed"
-    return {"name": bench.name, "status": status, "exit_code": code, "duration_s": round(elapsed, 1), "outputs": written}
+    return {
+        "name": bench.name,
+        "status": status,
+        "exit_code": code,
+        "duration_s": round(elapsed, 1),
+        "outputs": written,
+    }
 
 
 def summary_line(entry: dict[str, object]) -> str:

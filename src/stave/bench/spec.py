@@ -94,7 +94,9 @@ class JobSpec:
     def __post_init__(self) -> None:
         for name in ("model", "loss", "optimizer"):
             if not callable(getattr(self, name)):
-                raise UsageError(f"job {self.name!r}: {name} must be callable, got {type(getattr(self, name)).__name__}")
+                raise UsageError(
+                    f"job {self.name!r}: {name} must be callable, got {type(getattr(self, name)).__name__}"
+                )
         if not hasattr(self.dataset, "__getitem__") or not hasattr(self.dataset, "__len__"):
             raise UsageError(f"job {self.name!r}: dataset must be map-style (__getitem__ and __len__)")
         if not isinstance(self.batch_size, int) or self.batch_size < 1:

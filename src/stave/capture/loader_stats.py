@@ -55,6 +55,21 @@ def _io_counters() -> dict[str, int] | None:
     return out
 
 
+def _run_delay_ns() -> int | None:
+    """Time this thread has spent runnable but waiting for a core (schedstat field 2), or None."""
+    try:
+        fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fields = os.read(fd, 256).split()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return int(fields[1]) if len(fields) >= 2 and fields[1].isdigit() else None
+
+
 class LoaderStats:
     """Accumulates stage times and I/O for one process (a worker, or the main process)."""
 
@@ -72,6 +87,7 @@ class LoaderStats:
         self.read_calls: int | None = 0
         self.read_chars: int | None = 0
         self.read_bytes: int | None = 0
+        self.run_delay_ns: int | None = 0
         self._last_flush_ns = 0
 
     def stage(self, name: str, samples: int, wall_ns: int, cpu_ns: int) -> None:
@@ -96,6 +112,13 @@ class LoaderStats:
             else:
                 setattr(self, attr, None)
 
+    def add_run_delay(self, before: int | None, after: int | None) -> None:
+        """Add one fetch's wait for a core; absent on a kernel without schedstats stays absent."""
+        if before is None or after is None or self.run_delay_ns is None:
+            self.run_delay_ns = None
+        else:
+            self.run_delay_ns += max(0, after - before)
+
     def to_worker_stats(self) -> WorkerStats:
         """Snapshot as the measurement type."""
         return WorkerStats(
@@ -111,6 +134,7 @@ class LoaderStats:
             read_calls=self.read_calls,
             read_chars=self.read_chars,
             read_bytes=self.read_bytes,
+            run_delay_ns=self.run_delay_ns,
             alive_ns=time.perf_counter_ns() - self.created_ns,
         )
 
@@ -186,6 +210,7 @@ def timed_map_fetch(fetcher: Any, possibly_batched_index: Any) -> Any:
         return _ORIGINALS["map"](fetcher, possibly_batched_index)
     _local.in_fetch = True
     io_before = _io_counters()
+    delay_before = _run_delay_ns()
     try:
         dataset = fetcher.dataset
         if fetcher.auto_collation:
@@ -213,6 +238,7 @@ def timed_map_fetch(fetcher: Any, possibly_batched_index: Any) -> Any:
     finally:
         _local.in_fetch = False
         stats.add_io(io_before, _io_counters())
+        stats.add_run_delay(delay_before, _run_delay_ns())
         stats.maybe_flush()
 
 
@@ -225,6 +251,7 @@ def timed_iterable_fetch(fetcher: Any, possibly_batched_index: Any) -> Any:
         raise StopIteration
     _local.in_fetch = True
     io_before = _io_counters()
+    delay_before = _run_delay_ns()
     try:
         get = fetcher.dataset_iter.__next__
         if fetcher.auto_collation:
@@ -247,6 +274,7 @@ def timed_iterable_fetch(fetcher: Any, possibly_batched_index: Any) -> Any:
     finally:
         _local.in_fetch = False
         stats.add_io(io_before, _io_counters())
+        stats.add_run_delay(delay_before, _run_delay_ns())
         stats.maybe_flush()
 
 

@@ -21,8 +21,11 @@ TABLE_WIDTH = 150
 
 def register(sub: Any) -> None:
     """Add ``bench`` with its ``ladder`` and ``data`` subcommands."""
-    p = sub.add_parser("bench", help="benchmarks on this machine: the optimization ladder, data loading",
-                       description="Benchmarks measured on this machine.")
+    p = sub.add_parser(
+        "bench",
+        help="benchmarks on this machine: the optimization ladder, data loading",
+        description="Benchmarks measured on this machine.",
+    )
     inner = p.add_subparsers(dest="bench_command", metavar="BENCHMARK")
     inner.required = True
     ladder = inner.add_parser(
@@ -39,9 +42,13 @@ def register(sub: Any) -> None:
     ladder.set_defaults(func=run_ladder_command)
     # Its options belong to stave.data.benchmark, imported only when run: "+" as the prefix makes
     # this parser pass every "-..." argument (--help included) through untouched.
-    data = inner.add_parser("data", help="data-loading benchmark (stave.data vs torchvision, LMDB, HDF5)",
-                            description="The stave.data benchmark (docs/benchmarks.md).", add_help=False,
-                            prefix_chars="+")
+    data = inner.add_parser(
+        "data",
+        help="data-loading benchmark (stave.data vs torchvision, LMDB, HDF5)",
+        description="The stave.data benchmark (docs/benchmarks.md).",
+        add_help=False,
+        prefix_chars="+",
+    )
     data.add_argument("data_args", nargs="*", help="options of the data benchmark (see --help)")
     data.set_defaults(func=run_data_command)
 
@@ -51,23 +58,49 @@ def add_ladder_arguments(parser: argparse.ArgumentParser) -> None:
     from stave.bench.workloads import WORKLOADS
 
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--workload", choices=sorted(WORKLOADS), default=None,
-                       help="built-in workload (default: seed-resnet18)")
-    which.add_argument("--job", metavar="MODULE:FUNCTION",
-                       help="your own job: FUNCTION() returns a stave.bench.JobSpec (docs/bench.md)")
-    parser.add_argument("--size", type=int, default=None,
-                        help="image side (seed-resnet18: 64, the seed's original is 224) or block size (gpt-char)")
-    parser.add_argument("--steps", type=int, default=None, metavar="N",
-                        help="minimum steps per timing window (default 2; --quick 1)")
-    parser.add_argument("--window-s", type=float, default=None, metavar="S",
-                        help="minimum seconds per timing window (default 2.0; --quick 0.1)")
-    parser.add_argument("--pairs", type=int, default=None, metavar="N",
-                        help="interleaved windows per configuration, at least 3 (default 4; --quick 3)")
-    parser.add_argument("--quick", action="store_true",
-                        help="small sizes, short windows, no torch.compile: seconds to minutes, for a smoke test")
-    parser.add_argument("--rungs", metavar="NAME,...", default=None,
-                        help="climb only these rungs, in ladder order (names as in the JSON: workers, batch_size, "
-                        "uint8, autocast, channels_last, optimizer, compile, ...)")
+    which.add_argument(
+        "--workload", choices=sorted(WORKLOADS), default=None, help="built-in workload (default: seed-resnet18)"
+    )
+    which.add_argument(
+        "--job",
+        metavar="MODULE:FUNCTION",
+        help="your own job: FUNCTION() returns a stave.bench.JobSpec (docs/bench.md)",
+    )
+    parser.add_argument(
+        "--size",
+        type=int,
+        default=None,
+        help="image side (seed-resnet18: 64, the seed's original is 224) or block size (gpt-char)",
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, metavar="N", help="minimum steps per timing window (default 2; --quick 1)"
+    )
+    parser.add_argument(
+        "--window-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="minimum seconds per timing window (default 2.0; --quick 0.1)",
+    )
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="interleaved windows per configuration, at least 3 (default 4; --quick 3)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes, short windows, no torch.compile: seconds to minutes, for a smoke test",
+    )
+    parser.add_argument(
+        "--rungs",
+        metavar="NAME,...",
+        default=None,
+        help="climb only these rungs, in ladder order (names as in the JSON: workers, batch_size, "
+        "uint8, autocast, channels_last, optimizer, compile, ...)",
+    )
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when present)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the initial weights and data order")
 
@@ -110,7 +143,9 @@ def _chosen_rungs(spec: Any, names: str | None) -> Any:
     known = [r.name for r in rungs]
     unknown = [n for n in wanted if n not in known]
     if unknown or not wanted:
-        raise UsageError(f"--rungs: unknown rung(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(known)}")
+        raise UsageError(
+            f"--rungs: unknown rung(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(known)}"
+        )
     return [r for r in rungs if r.name in wanted]
 
 

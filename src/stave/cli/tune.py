@@ -27,8 +27,12 @@ def register(sub: Any) -> None:
         description="Climb the optimization ladder and print only the final configuration as paste-able code.",
     )
     add_ladder_arguments(p)
-    p.add_argument("--from", dest="from_json", metavar="PATH",
-                   help="print the code kept in a `stave bench ladder --json` result instead of measuring")
+    p.add_argument(
+        "--from",
+        dest="from_json",
+        metavar="PATH",
+        help="print the code kept in a `stave bench ladder --json` result instead of measuring",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
 

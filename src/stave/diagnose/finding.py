@@ -83,19 +83,21 @@ class Finding:
 _SEVERITY_ORDER = {name: i for i, name in enumerate(SEVERITIES)}
 
 
-def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """Order findings by estimated speedup, largest first.
+def is_risk(finding: Finding) -> bool:
+    """A critical finding about the run's survival or correctness rather than its speed
+    (memory that will run out, workers reading wrong samples, a rank that died)."""
+    return finding.severity == "critical" and finding.est_speedup < WARNING_SPEEDUP
 
-    Ties (notably the 1.0 of correctness findings) are broken by severity, then ID, so the order is
-    stable. A critical risk finding with est_speedup 1.0 (a leak that will end the run) is placed
-    before speed findings whose estimate is below the warning threshold, since it matters more
-    than a change the user would not notice.
+
+def rank_findings(findings: list[Finding]) -> list[Finding]:
+    """Order findings: critical risks first, then by estimated speedup, largest first.
+
+    A critical risk (est_speedup 1.0: a leak that will end the run, a fork-unsafe handle that
+    corrupts reads) matters more than any speedup: a faster run that crashes or learns from wrong
+    data is worth nothing. Ties are broken by severity, then ID, so the order is stable.
     """
 
-    def key(f: Finding) -> tuple[float, int, str]:
-        speed = f.est_speedup
-        if f.severity == "critical" and speed < WARNING_SPEEDUP:
-            speed = WARNING_SPEEDUP
-        return (-speed, -_SEVERITY_ORDER[f.severity], f.id)
+    def key(f: Finding) -> tuple[int, float, int, str]:
+        return (0 if is_risk(f) else 1, -f.est_speedup, -_SEVERITY_ORDER[f.severity], f.id)
 
     return sorted(findings, key=key)

@@ -47,9 +47,7 @@ class TrainConfig:
         if self.precision not in PRECISIONS:
             raise UsageError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
         if self.optimizer_impl not in OPTIMIZER_IMPLS:
-            raise UsageError(
-                f"optimizer_impl {self.optimizer_impl!r} is not one of {', '.join(OPTIMIZER_IMPLS)}"
-            )
+            raise UsageError(f"optimizer_impl {self.optimizer_impl!r} is not one of {', '.join(OPTIMIZER_IMPLS)}")
         if self.compile_mode not in COMPILE_MODES:
             allowed = ", ".join(str(m) for m in COMPILE_MODES)
             raise UsageError(f"compile_mode {self.compile_mode!r} is not one of {allowed}")

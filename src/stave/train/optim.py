@@ -55,7 +55,7 @@ def with_impl(optimizer: torch.optim.Optimizer, impl: str) -> torch.optim.Optimi
 
 
 def current_impl(optimizer: torch.optim.Optimizer) -> str:
-    """"fused", "foreach" or "default", as the optimizer's first group is set."""
+    """ "fused", "foreach" or "default", as the optimizer's first group is set."""
     group = optimizer.param_groups[0] if optimizer.param_groups else {}
     if group.get("fused"):
         return "fused"

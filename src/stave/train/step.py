@@ -30,7 +30,9 @@ LossFn = Callable[[Any, torch.Tensor], torch.Tensor]
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def autocast_context(device_type: str, precision: str, cache_enabled: bool = True) -> contextlib.AbstractContextManager[Any]:
+def autocast_context(
+    device_type: str, precision: str, cache_enabled: bool = True
+) -> contextlib.AbstractContextManager[Any]:
     """``torch.autocast`` for ``precision`` ("bf16"/"fp16"), a no-op context for "fp32"."""
     if precision == "fp32":
         return contextlib.nullcontext()
@@ -162,4 +164,3 @@ def build_step(
             mode = "reduce-overhead"
         forward = torch.compile(model, mode=mode)
     return TrainStep(model, forward, opt, loss_fn, config, target, scaler)
-

@@ -28,10 +28,26 @@ def ladder_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Com
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("OMP_NUM_THREADS", "2")
-    args = ["bench", "ladder", "--job", "tiny_job:spec", "--quick", "--rungs", "uint8", "--window-s", "0.05",
-            "--json", str(out / "r.json"), "--html", str(out / "r.html"), "--png", str(out / "r.png")]
-    result = subprocess.run([sys.executable, "-m", "stave", *args], cwd=TINY_DIR, env=env, capture_output=True,
-                            text=True, timeout=600)
+    args = [
+        "bench",
+        "ladder",
+        "--job",
+        "tiny_job:spec",
+        "--quick",
+        "--rungs",
+        "uint8",
+        "--window-s",
+        "0.05",
+        "--json",
+        str(out / "r.json"),
+        "--html",
+        str(out / "r.html"),
+        "--png",
+        str(out / "r.png"),
+    ]
+    result = subprocess.run(
+        [sys.executable, "-m", "stave", *args], cwd=TINY_DIR, env=env, capture_output=True, text=True, timeout=600
+    )
     return result, out
 
 
@@ -74,8 +90,9 @@ def test_tune_from_a_result_prints_only_the_code(ladder_run, capsys: pytest.Capt
         (["tune", "--from", "/no/such/result.json"], "no such file"),
     ],
 )
-def test_bad_input_gives_one_clear_line_and_exit_2(args: list[str], message: str, in_tiny_dir: None,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_gives_one_clear_line_and_exit_2(
+    args: list[str], message: str, in_tiny_dir: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(args) == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("stave: error:") and message in lines[0], lines

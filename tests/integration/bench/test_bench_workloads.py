@@ -28,7 +28,11 @@ def test_workload_climbs_every_rung_with_quick(workload: str, tmp_path: Path) ->
     out = tmp_path / "result.json"
     result = subprocess.run(
         [sys.executable, "-m", "stave", "bench", "ladder", "--workload", workload, "--quick", "--json", str(out)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     doc = json.loads(out.read_text())
@@ -56,8 +60,11 @@ def test_planted_rung_is_reverted_with_real_timing() -> None:
     from stave.bench.rungs import Rung, plan_autocast, plan_uint8
 
     options = LadderOptions(quick=True, timing=LadderOptions.quick_timing())
-    result = run_ladder(tiny_job.planted_spec(width=1024), options,
-                        [Rung("uint8", "uint8", plan_uint8), Rung("autocast", "autocast", plan_autocast)])
+    result = run_ladder(
+        tiny_job.planted_spec(width=1024),
+        options,
+        [Rung("uint8", "uint8", plan_uint8), Rung("autocast", "autocast", plan_autocast)],
+    )
     planted = next(r for r in result.rungs if r.name == "uint8")
     bf16 = next(r for r in result.rungs if r.name == "autocast")
     assert planted.status == "reverted" and planted.revert_kind == "loss", planted.reason

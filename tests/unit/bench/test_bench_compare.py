@@ -12,7 +12,9 @@ from stave.errors import UsageError
 
 def windows(rates: list[float]) -> tuple[Window, ...]:
     # 1 s windows: samples/s == samples.
-    return tuple(Window(steps=1, samples=int(r), elapsed_ns=1_000_000_000, wait_ns=0, peak_mem_bytes=None) for r in rates)
+    return tuple(
+        Window(steps=1, samples=int(r), elapsed_ns=1_000_000_000, wait_ns=0, peak_mem_bytes=None) for r in rates
+    )
 
 
 def comparison(a: list[float], b: list[float]) -> Comparison:

@@ -12,10 +12,11 @@ import math
 
 import jsonschema
 import pytest
-import torch
 
 import tiny_job
+from stave.bench import compare as cmp
 from stave.bench import ladder as L
+from stave.bench import mfu as M
 from stave.bench.compare import Comparison, TimingPlan
 from stave.bench.ladder import LadderOptions, run_ladder
 from stave.bench.report_json import load_schema, to_json
@@ -35,8 +36,8 @@ def patch_speed(monkeypatch: pytest.MonkeyPatch, speed) -> None:
         wb = tuple(Window(1, int(speed(b.config) * 1000 * j), 1_000_000_000_000 // 1000, 0, None) for j in jitter)
         return Comparison(wa, wb)
 
-    monkeypatch.setattr(L, "compare", fake_compare)
-    monkeypatch.setattr(L.mfu_mod, "cpu_peak_flops", lambda dtype: 1e11)
+    monkeypatch.setattr(cmp, "compare", fake_compare)
+    monkeypatch.setattr(M, "cpu_peak_flops", lambda dtype: 1e11)
 
 
 def rung(name: str, plan) -> Rung:
@@ -50,12 +51,18 @@ def by_name(result, name: str):
 def test_planted_rung_dropping_normalization_is_reverted_while_bf16_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(L.dev, "cpu_has_native_bf16", lambda: True)
     # Both rungs would be faster: only the loss check can tell the planted one apart.
-    patch_speed(monkeypatch, lambda c: 100.0 * (1.3 if c.uint8 else 1.0) * (2.0 if c.train.precision == "bf16" else 1.0))
+    patch_speed(
+        monkeypatch, lambda c: 100.0 * (1.3 if c.uint8 else 1.0) * (2.0 if c.train.precision == "bf16" else 1.0)
+    )
     result = run_ladder(tiny_job.planted_spec(), OPTIONS, [rung("uint8", plan_uint8), rung("autocast", plan_autocast)])
     planted, bf16 = by_name(result, "uint8"), by_name(result, "autocast")
     assert planted.status == "reverted" and planted.revert_kind == "loss"
     assert "inputs changed" in planted.reason and planted.trials[0].ratio == pytest.approx(1.3, rel=0.02)
-    assert bf16.status == "kept" and bf16.chosen.loss_passed and bf16.chosen.max_loss_dev < result.loss_check["tolerance"] * 10
+    assert (
+        bf16.status == "kept"
+        and bf16.chosen.loss_passed
+        and bf16.chosen.max_loss_dev < result.loss_check["tolerance"] * 10
+    )
     assert result.final.train.precision == "bf16" and not result.final.uint8
     assert result.best_speedup == pytest.approx(2.0, rel=0.02)
     jsonschema.validate(json.loads(json.dumps(to_json(result))), load_schema())
@@ -85,8 +92,11 @@ def test_channels_last_retries_autocast_that_was_slower_alone(monkeypatch: pytes
         return 100.0 * (1.6 if bf16 and cl else 0.8 if bf16 else 1.0)
 
     patch_speed(monkeypatch, speed)
-    result = run_ladder(tiny_job.spec(), OPTIONS, [rung("autocast", plan_autocast),
-                                                   Rung("channels_last", "channels_last", plan_channels_last, ("autocast",))])
+    result = run_ladder(
+        tiny_job.spec(),
+        OPTIONS,
+        [rung("autocast", plan_autocast), Rung("channels_last", "channels_last", plan_channels_last, ("autocast",))],
+    )
     assert by_name(result, "autocast").status == "reverted"
     cl = by_name(result, "channels_last")
     assert cl.status == "kept" and cl.chosen.label == "channels_last + autocast bf16"
@@ -124,5 +134,7 @@ def test_fed_ratio_and_mfu_are_reported(monkeypatch: pytest.MonkeyPatch) -> None
     conv = 2 * 8 * 3 * 9 * 16 * 16
     linear = 2 * (8 * 16 * 16 * 256 + 256 * 256 + 256 * 10)
     assert result.mfu["flops_per_sample"] == pytest.approx(3 * (conv + linear), rel=0.05)
-    assert result.mfu["final"] == pytest.approx(result.mfu["flops_per_sample"] * result.final_samples_per_s / 1e11, rel=1e-6)
+    assert result.mfu["final"] == pytest.approx(
+        result.mfu["flops_per_sample"] * result.final_samples_per_s / 1e11, rel=1e-6
+    )
     assert not math.isnan(result.duration_s)

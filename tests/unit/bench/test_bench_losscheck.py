@@ -10,7 +10,13 @@ import torch
 
 import tiny_job
 from stave.bench.losscheck import (
-    INPUT_STAT_TOL, LOSS_REL_TOL, LossCheck, LossChecker, channel_stats, relative_l2, stats_deviation,
+    INPUT_STAT_TOL,
+    LOSS_REL_TOL,
+    LossCheck,
+    LossChecker,
+    channel_stats,
+    relative_l2,
+    stats_deviation,
 )
 from stave.bench.settings import RunConfig
 
@@ -67,7 +73,10 @@ def test_reference_against_itself_is_exact_and_bf16_passes(checker_parts: tuple)
 def test_dropped_normalization_fails_on_inputs_even_with_bf16(checker_parts: tuple) -> None:
     state, base = checker_parts
     checker = LossChecker(tiny_job.planted_spec(), torch.device("cpu"), state, base.with_changes(batch_size=64), True)
-    for config in (base.with_changes(batch_size=64, uint8=True), base.with_changes(batch_size=64, uint8=True, precision="bf16")):
+    for config in (
+        base.with_changes(batch_size=64, uint8=True),
+        base.with_changes(batch_size=64, uint8=True, precision="bf16"),
+    ):
         check = checker.check(config)
         assert not check.passed
         assert check.input_dev > INPUT_STAT_TOL and "inputs changed" in check.describe()

@@ -37,7 +37,9 @@ def test_cpu_peak_is_a_measured_positive_rate() -> None:
 def test_saved_activations_grow_with_the_batch() -> None:
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
     small = saved_activation_bytes(model, nn.CrossEntropyLoss(), torch.randn(8, 32), torch.randint(0, 10, (8,)), "fp32")
-    large = saved_activation_bytes(model, nn.CrossEntropyLoss(), torch.randn(64, 32), torch.randint(0, 10, (64,)), "fp32")
+    large = saved_activation_bytes(
+        model, nn.CrossEntropyLoss(), torch.randn(64, 32), torch.randint(0, 10, (64,)), "fp32"
+    )
     assert small > 0 and large > 4 * small
 
 

@@ -75,8 +75,17 @@ class Crops(Dataset):
 
 
 def test_check_batches_draw_the_same_random_crops_for_both_variants() -> None:
-    spec = JobSpec("crops", tiny_job.model, Crops(False), torch.nn.CrossEntropyLoss(), tiny_job.optimizer, 8,
-                   uint8_dataset=Crops(True), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+    spec = JobSpec(
+        "crops",
+        tiny_job.model,
+        Crops(False),
+        torch.nn.CrossEntropyLoss(),
+        tiny_job.optimizer,
+        8,
+        uint8_dataset=Crops(True),
+        mean=(0.0, 0.0, 0.0),
+        std=(1.0, 1.0, 1.0),
+    )
     a = check_batches(spec, RunConfig(8), torch.device("cpu"), False, 8, 2)
     b = check_batches(spec, RunConfig(8, uint8=True), torch.device("cpu"), False, 8, 2)
     again = check_batches(spec, RunConfig(8), torch.device("cpu"), False, 8, 2)

@@ -13,16 +13,27 @@ from stave.bench import run_all
 def test_list_names_every_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_all.main(["--list"]) == 0
     text = capsys.readouterr().out
-    for name in ("ladder:seed-resnet18", "ladder:gpt-char", "ladder:jpeg-resnet", "data", "trace",
-                 "doctor_overhead", "doctor_estimates"):
+    for name in (
+        "ladder:seed-resnet18",
+        "ladder:gpt-char",
+        "ladder:jpeg-resnet",
+        "data",
+        "trace",
+        "doctor_overhead",
+        "doctor_estimates",
+    ):
         assert f"{name}:" in text
 
 
 def test_missing_module_is_reported_not_run_and_failures_set_the_exit_code(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ok = run_all.Benchmark("ok", "json", lambda out, quick: ["-c", f"open(r'{out / 'ok.json'}', 'w').write('{{}}')"],
-                           lambda out: [out / "ok.json"])
+    ok = run_all.Benchmark(
+        "ok",
+        "json",
+        lambda out, quick: ["-c", f"open(r'{out / 'ok.json'}', 'w').write('{{}}')"],
+        lambda out: [out / "ok.json"],
+    )
     missing = run_all.Benchmark("ghost", "stave.no_such_benchmark", lambda out, quick: [], lambda out: [])
     failing = run_all.Benchmark("bad", "json", lambda out, quick: ["-c", "raise SystemExit(3)"], lambda out: [])
     monkeypatch.setattr(run_all, "BENCHMARKS", (ok, missing, failing))

@@ -75,5 +75,18 @@ def test_default_rungs_follow_the_issue_order_with_custom_loaders_after_uint8() 
 
     spec = dataclasses.replace(tiny_job.spec(), loaders=(CustomLoader("fast", lambda r: []),))
     names = [r.name for r in R.default_rungs(spec)]
-    assert names == ["workers", "pin_memory", "batch_size", "uint8", "loader:fast", "set_to_none", "autocast",
-                     "channels_last", "batch_size_again", "optimizer", "compile", "cuda_graphs", "cudnn_benchmark"]
+    assert names == [
+        "workers",
+        "pin_memory",
+        "batch_size",
+        "uint8",
+        "loader:fast",
+        "set_to_none",
+        "autocast",
+        "channels_last",
+        "batch_size_again",
+        "optimizer",
+        "compile",
+        "cuda_graphs",
+        "cudnn_benchmark",
+    ]

@@ -10,7 +10,7 @@ from torch import nn
 
 import tiny_job
 from stave.bench.settings import RunConfig
-from stave.bench.spec import JobSpec, spec_from
+from stave.bench.spec import spec_from
 from stave.bench.workloads import build_workload, load_job
 from stave.errors import UsageError
 
@@ -75,7 +75,9 @@ def test_seed_workload_uses_the_seed_definitions() -> None:
     image, label = spec.dataset[0]
     raw, raw_label = spec.uint8_dataset[0]
     assert raw.dtype == torch.uint8 and raw_label == label
-    normalized = (raw.float() / 255 - torch.tensor(sb.CIFAR_MEAN).view(3, 1, 1)) / torch.tensor(sb.CIFAR_STD).view(3, 1, 1)
+    normalized = (raw.float() / 255 - torch.tensor(sb.CIFAR_MEAN).view(3, 1, 1)) / torch.tensor(sb.CIFAR_STD).view(
+        3, 1, 1
+    )
     torch.testing.assert_close(normalized, image, atol=1e-5, rtol=1e-5)
 
 

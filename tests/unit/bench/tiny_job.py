@@ -47,8 +47,15 @@ class TinyImages(Dataset):
 def model(width: int = WIDTH) -> nn.Module:
     """Conv + BN stem, then matmul-heavy layers."""
     return nn.Sequential(
-        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(),
-        nn.Linear(8 * SIDE * SIDE, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10),
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(8 * SIDE * SIDE, width),
+        nn.ReLU(),
+        nn.Linear(width, width),
+        nn.ReLU(),
+        nn.Linear(width, 10),
     )
 
 
@@ -57,7 +64,9 @@ def optimizer(net: nn.Module) -> torch.optim.Optimizer:
     return torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
 
 
-def spec(mean: tuple[float, ...] = MEAN, std: tuple[float, ...] = STD, batch_size: int = 64, width: int = WIDTH) -> JobSpec:
+def spec(
+    mean: tuple[float, ...] = MEAN, std: tuple[float, ...] = STD, batch_size: int = 64, width: int = WIDTH
+) -> JobSpec:
     """The job; ``mean``/``std`` are what the uint8 rung normalizes with on the device."""
     return JobSpec(
         name="tiny",
@@ -80,7 +89,13 @@ def planted_spec(width: int = WIDTH) -> JobSpec:
 
 def as_dict() -> dict:
     """The same job as a plain dict (the other form ``--job`` accepts)."""
-    return {"model": model, "dataset": TinyImages(), "loss": nn.CrossEntropyLoss(), "optimizer": optimizer, "batch_size": 32}
+    return {
+        "model": model,
+        "dataset": TinyImages(),
+        "loss": nn.CrossEntropyLoss(),
+        "optimizer": optimizer,
+        "batch_size": 32,
+    }
 
 
 def not_a_spec() -> int:

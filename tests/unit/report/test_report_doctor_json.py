@@ -103,7 +103,8 @@ def test_findings_are_ranked_and_non_finite_evidence_becomes_null(result: Doctor
     result.findings.append(odd)
     report = doctor_json(result)
     ids = [f["id"] for f in report["findings"]]
-    assert ids == ["DATA_CPU_BOUND", "STEP_OUTLIERS", "MEMORY_GROWTH", "NO_MIXED_PRECISION"]
+    # A critical risk (est. 1.0) comes first: a run that crashes gains nothing from a speedup.
+    assert ids == ["MEMORY_GROWTH", "DATA_CPU_BOUND", "STEP_OUTLIERS", "NO_MIXED_PRECISION"]
     growth = next(f for f in report["findings"] if f["id"] == "MEMORY_GROWTH")
     assert growth["evidence"]["growth_bytes_per_step"] is None
     assert growth["docs"] == "docs/findings/MEMORY_GROWTH.md"

@@ -12,7 +12,9 @@ from stave.train import TrainConfig, build_step, current_impl, train_step, with_
 
 def tiny_net() -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3))
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3)
+    )
 
 
 def sgd(model: nn.Module) -> torch.optim.Optimizer:
@@ -31,7 +33,10 @@ def test_config_rejects_bad_values_with_the_allowed_ones() -> None:
         TrainConfig(optimizer_impl="turbo")
     with pytest.raises(UsageError, match="compile_mode is set but compile is False"):
         TrainConfig(compile_mode="default")
-    assert TrainConfig(precision="bf16", channels_last=True).changed_fields() == {"precision": "bf16", "channels_last": True}
+    assert TrainConfig(precision="bf16", channels_last=True).changed_fields() == {
+        "precision": "bf16",
+        "channels_last": True,
+    }
 
 
 def test_step_returns_a_detached_device_loss_and_updates_the_weights() -> None:
@@ -57,7 +62,9 @@ def test_bf16_autocast_runs_the_convolution_in_bf16_and_keeps_the_loss_fp32() ->
 def test_channels_last_converts_weights_and_inputs() -> None:
     seen: list[bool] = []
     model = tiny_net()
-    model[0].register_forward_pre_hook(lambda _m, args: seen.append(args[0].is_contiguous(memory_format=torch.channels_last)))
+    model[0].register_forward_pre_hook(
+        lambda _m, args: seen.append(args[0].is_contiguous(memory_format=torch.channels_last))
+    )
     step = build_step(model, sgd, nn.CrossEntropyLoss(), TrainConfig(channels_last=True), "cpu")
     step(*batch())
     assert seen == [True]
@@ -103,8 +110,10 @@ def test_with_impl_refuses_an_optimizer_without_that_implementation() -> None:
 
 def test_adamw_with_parameter_groups_switches_to_fused() -> None:
     model = tiny_net()
-    groups = [{"params": [p for p in model.parameters() if p.dim() > 1], "weight_decay": 0.1},
-              {"params": [p for p in model.parameters() if p.dim() <= 1], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in model.parameters() if p.dim() > 1], "weight_decay": 0.1},
+        {"params": [p for p in model.parameters() if p.dim() <= 1], "weight_decay": 0.0},
+    ]
     opt = with_impl(torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.95)), "fused")
     assert [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0]
     assert all(g["fused"] for g in opt.param_groups)
@@ -119,7 +128,9 @@ def test_fp16_uses_a_grad_scaler() -> None:
 
 @pytest.mark.cuda
 def test_cuda_graphs_and_cudnn_benchmark_on_a_gpu() -> None:
-    step = build_step(tiny_net(), sgd, nn.CrossEntropyLoss(), TrainConfig(cuda_graphs=True, cudnn_benchmark=True), "cuda")
+    step = build_step(
+        tiny_net(), sgd, nn.CrossEntropyLoss(), TrainConfig(cuda_graphs=True, cudnn_benchmark=True), "cuda"
+    )
     x, y = batch()
     losses = [step(x.cuda(), y.cuda()) for _ in range(3)]
     assert torch.isfinite(torch.stack(losses)).all()

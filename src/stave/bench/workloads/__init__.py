@@ -25,7 +25,9 @@ WORKLOADS: dict[str, str] = {
 def build_workload(name: str, size: int | None = None, quick: bool = False) -> JobSpec:
     """The built-in workload ``name`` (``size``: image side or sequence length; None: its default)."""
     if name not in WORKLOADS:
-        raise UsageError(f"unknown workload {name!r}; choose one of {', '.join(WORKLOADS)} or pass --job MODULE:FUNCTION")
+        raise UsageError(
+            f"unknown workload {name!r}; choose one of {', '.join(WORKLOADS)} or pass --job MODULE:FUNCTION"
+        )
     module = importlib.import_module(WORKLOADS[name])
     return module.build(size=size, quick=quick)
 

@@ -69,7 +69,11 @@ def _transform(size: int, train: bool, uint8: bool) -> transforms.Compose:
         if train
         else [transforms.Resize(int(round(size / EVAL_RESIZE_RATIO))), transforms.CenterCrop(size)]
     )
-    steps += [transforms.PILToTensor()] if uint8 else [transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    steps += (
+        [transforms.PILToTensor()]
+        if uint8
+        else [transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    )
     return transforms.Compose(steps)
 
 
@@ -78,14 +82,22 @@ def _image_loader(packed: Path, size: int) -> CustomLoader:
         from stave.data import ImageLoader
 
         return ImageLoader(
-            packed, request.batch_size, train=request.train, size=size, workers="auto", device=request.device,
-            mean=IMAGENET_MEAN, std=IMAGENET_STD, channels_last=request.channels_last, seed=request.seed,
+            packed,
+            request.batch_size,
+            train=request.train,
+            size=size,
+            workers="auto",
+            device=request.device,
+            mean=IMAGENET_MEAN,
+            std=IMAGENET_STD,
+            channels_last=request.channels_last,
+            seed=request.seed,
             drop_last=True,
         )
 
     code = (
-        f"loader = stave.data.ImageLoader(\"{packed}\", batch_size=BATCH, train=True, size={size},\n"
-        "                                 workers=\"auto\", device=device, channels_last=True)\n"
+        f'loader = stave.data.ImageLoader("{packed}", batch_size=BATCH, train=True, size={size},\n'
+        '                                 workers="auto", device=device, channels_last=True)\n'
         "# packed once with: stave pack IMAGE_FOLDER PACKED_DIR"
     )
     return CustomLoader("stave.data.ImageLoader", build, "stave.data.ImageLoader (packed JPEGs)", code)
@@ -120,5 +132,8 @@ def build(size: int | None = None, quick: bool = False) -> JobSpec:
         check_dataset=folder_dataset(False, False),
         check_uint8_dataset=folder_dataset(False, True),
         loaders=(_image_loader(packed, side),),
-        description=f"ResNet-18 on {images} ImageNet-like JPEGs ({classes} classes), torchvision pipeline at {side} px, batch {BATCH_SIZE}",
+        description=(
+            f"ResNet-18 on {images} ImageNet-like JPEGs ({classes} classes), "
+            f"torchvision pipeline at {side} px, batch {BATCH_SIZE}"
+        ),
     )

@@ -45,8 +45,12 @@ def make_finding(
     explanation: str = "",
     lines: Iterable[str] = (),
     severity: str | None = None,
+    source: str = "doctor",
 ) -> Finding:
-    """A Finding with severity from the estimate (unless a risk finding passes its own)."""
+    """A Finding with severity from the estimate (unless a risk finding passes its own).
+
+    ``source`` names the analysis ("doctor", "trace"), so every rule module can build its findings here.
+    """
     est = round(max(1.0, float(est_speedup)), 3)
     return Finding(
         id=finding_id,
@@ -57,6 +61,7 @@ def make_finding(
         fix=fix.strip("\n"),
         explanation=explanation,
         lines=list(lines),
+        source=source,
     )
 
 
