@@ -302,6 +302,9 @@ def run_ladder(
     ladder = Climb(spec, options, say)
     ctx = Context(spec, ladder.device, options.quick, ladder.image_inputs, ladder.batch_cap)
     current = ladder.baseline
+    load, cores = ladder.machine.get("load_avg_1m"), ladder.machine.get("cores_usable") or 1
+    if load is not None and load > cores:
+        say(f"note: load average {load:.1f} on {cores} usable cores: other work competes, ratios will be noisy")
     ladder.results.append(RungResult("baseline", "baseline", BASELINE, "the job as written"))
     try:
         for rung in rungs if rungs is not None else default_rungs(spec):

@@ -242,8 +242,10 @@ class LossChecker:
         model = build_model(self.spec, state if state is not None else self.initial_state)
         step = build_step(model, self.spec.optimizer, self.spec.loss, config.train, self.device)
         first_inputs = step.prepare_inputs(batches[0][0])
+        # The eager model, even under compile: a no-grad call would compile a second (inference)
+        # graph for minutes; the losses below run the compiled training graph.
         with torch.no_grad(), autocast_context(self.device.type, config.train.precision):
-            outputs = _flat(step.forward(first_inputs))
+            outputs = _flat(step.model(first_inputs))
         stats = channel_stats(batches)
         targets = _flat([b[1] for b in batches])
         values = [step(inputs, targets) for inputs, targets in batches]

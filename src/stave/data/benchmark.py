@@ -196,9 +196,14 @@ def run(args: argparse.Namespace) -> int:
         Contender("baseline_32", bp.dataloader_pipeline("(9) torchvision 32x32 JPEG ImageFolder", tv(True, root=data["small"], s=RAW_SIDE_PX), best, args.batch_size)),
         Contender("stave_raw32", _stave_pipeline("(10) stave pack --raw 32x32 + ImageLoader", data["raw"], args, size=RAW_SIDE_PX)),
     ]
-    from stave.data.decode import available_backends
+    from stave.data.decode import available_backends, get_backend
 
     ceilings = [Contender(f"ceiling_{b}", bp.decode_ceiling_pipeline(data["files"], b, args.batch_size)) for b in available_backends()]
+    ceilings += [
+        Contender(f"ceiling_{b}_buffer", bp.decode_ceiling_pipeline(data["files"], b, args.batch_size, reuse_output=True))
+        for b in available_backends()
+        if b != "pillow" and getattr(get_backend(b), "decodes_in_place", False)
+    ]
     everyone = contenders + ceilings
     for round_number in range(args.rounds):
         for contender in everyone:

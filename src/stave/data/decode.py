@@ -73,6 +73,8 @@ class JpegBackend:
     """A libjpeg-turbo binding: ``decode_rgb`` returns an HxWx3 uint8 RGB array."""
 
     name = "abstract"
+    # True when decode_rgb writes into ``out`` (no per-call output allocation).
+    decodes_in_place = False
 
     def decode_rgb(
         self,
@@ -95,6 +97,7 @@ class SimplejpegBackend(JpegBackend):
     """simplejpeg (libjpeg-turbo linked in; releases the GIL while decoding)."""
 
     name = "simplejpeg"
+    decodes_in_place = True
 
     def __init__(self) -> None:
         import simplejpeg

@@ -180,10 +180,11 @@ class ImageLoader:
         self._out_dtype = dtype or (torch.float32 if mean is not None else torch.uint8)
         self._channels_last = channels_last
         self._host_constants = _host_constants(mean, std, self._out_dtype) if self._host_normalize else None
-        if self._host_normalize:
-            self._device_loader = DeviceLoader((), self.device, None, None, channels_last, None)
-        else:
-            self._device_loader = DeviceLoader((), self.device, mean, std, channels_last, dtype, on_copied=self._copied)
+        # On a CPU the batches are final when the threads are done: no copy to overlap, so no prefetcher
+        # (its look-ahead would only hold one more 154 MB batch buffer).
+        self._device_loader = (
+            None if self._host_normalize else DeviceLoader((), self.device, mean, std, channels_last, dtype, on_copied=self._copied)
+        )
         self._epoch = 0
         self._batches_done = 0
         self.stats = DecodeStats()
@@ -256,9 +257,12 @@ class ImageLoader:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         host = self._host_batches(self._epoch, self._batches_done)
-        self._device_loader.loader = host
+        source: Iterator[Any] = host
+        if self._device_loader is not None:
+            self._device_loader.loader = host
+            source = iter(self._device_loader)
         try:
-            for images, labels in self._device_loader:
+            for images, labels in source:
                 if self.batch_transform is not None:
                     images, labels = self.batch_transform(images, labels)
                 self._batches_done += 1
@@ -276,8 +280,8 @@ class ImageLoader:
                 self.workers, thread_name_prefix="stave-decode", initializer=serial_torch_in_this_thread
             )
         if self._host_normalize and not self._out_ring:
-            # One more than on a GPU: the batch the caller holds while asking for the next must survive.
-            self._out_ring = [None] * (self.prefetch_batches + 3)
+            # In flight + the one being handed out + the one the caller's loop variable still holds.
+            self._out_ring = [None] * (self.prefetch_batches + 2)
         if not self._slots and not self._host_normalize:
             count = self.prefetch_batches + 2  # in flight + the one being copied + slack for the user's
             shape = (self.spec.batch_size, self.size, self.size, 3)
