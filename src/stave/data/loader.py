@@ -38,7 +38,7 @@ from stave.data.crop import DEFAULT_RATIO, DEFAULT_SCALE, center_crop_boxes, ran
 from stave.data.dataset import PackedDataset
 from stave.data.decode import CropBox, DecodeInfo, decode_jpeg_region, get_backend, raw_region
 from stave.data.device_loader import DeviceLoader
-from stave.data.hostmem import empty_batch, thread_scratch
+from stave.data.scratch import thread_scratch
 from stave.data.resize import crop_resize_into, serial_torch_in_this_thread
 from stave.data.order import OrderSpec, batch_rng, rank_indices
 from stave.errors import FormatError, UsageError
@@ -54,6 +54,8 @@ DEFAULT_PREFETCH_BATCHES = 2
 AUTO_TOLERANCE = 0.05
 # Samples decoded per candidate thread count in the workers="auto" measurement (~0.1 s each).
 AUTO_SAMPLES = 48
+# Timed passes per thread count (after a warm-up), best one kept: enough to see past a load burst.
+AUTO_ROUNDS = 2
 STATE_VERSION = 1
 
 
@@ -330,8 +332,9 @@ class ImageLoader:
         buffer = self._out_ring[slot]
         # References: the ring's entry, ``buffer`` and getrefcount's argument; any more are the caller's.
         if buffer is None or sys.getrefcount(buffer) > 3:
+            memory_format = torch.channels_last if self._channels_last else torch.contiguous_format
             shape = (self.spec.batch_size, 3, self.size, self.size)
-            buffer = empty_batch(shape, self._out_dtype, self._channels_last)
+            buffer = torch.empty(shape, dtype=self._out_dtype, memory_format=memory_format)
             self._out_ring[slot] = buffer
             self.buffers_allocated += 1
         return buffer
@@ -430,7 +433,12 @@ class ImageLoader:
             concurrent.futures.wait(running)
 
     def _measure_workers(self) -> int:
-        """Decode a few samples with 1..cores threads and keep the smallest count near the best rate."""
+        """Decode a few samples with 1..cores threads and keep the smallest count near the best rate.
+
+        Each count gets a warm-up pass (thread start, scratch buffers) and :data:`AUTO_ROUNDS` timed
+        passes in alternating order; its best pass counts. Other processes can only slow a pass down,
+        so the best one is the least disturbed (a single pass under load once picked 1 thread of 2).
+        """
         cores = dev.usable_cores()
         if cores <= 1 or len(self.dataset) == 0:
             return 1
@@ -441,15 +449,27 @@ class ImageLoader:
             if self._host_normalize
             else torch.empty((len(probe), self.size, self.size, 3), dtype=torch.uint8)
         )
+        counts = list(range(1, cores + 1))
+        pools = {c: concurrent.futures.ThreadPoolExecutor(c, initializer=serial_torch_in_this_thread) for c in counts}
+
+        def timed_pass(count: int) -> float:
+            chunks = [c for c in np.array_split(np.arange(len(probe)), count * 2) if len(c)]
+            start = time.perf_counter()
+            futures = [pools[count].submit(self._probe_rows, out, probe, boxes, flips, c) for c in chunks]
+            for future in futures:
+                future.result()
+            return len(probe) / (time.perf_counter() - start)
+
         rates: dict[int, float] = {}
-        for count in range(1, cores + 1):
-            with concurrent.futures.ThreadPoolExecutor(count, initializer=serial_torch_in_this_thread) as pool:
-                chunks = [c for c in np.array_split(np.arange(len(probe)), count * 2) if len(c)]
-                start = time.perf_counter()
-                futures = [pool.submit(self._probe_rows, out, probe, boxes, flips, c) for c in chunks]
-                for future in futures:
-                    future.result()
-                rates[count] = len(probe) / (time.perf_counter() - start)
+        try:
+            for count in counts:
+                timed_pass(count)  # warm-up
+            for round_number in range(AUTO_ROUNDS):
+                for count in counts if round_number % 2 == 0 else counts[::-1]:
+                    rates[count] = max(rates.get(count, 0.0), timed_pass(count))
+        finally:
+            for pool in pools.values():
+                pool.shutdown(wait=True)
         best = max(rates.values())
         chosen = min(c for c, r in rates.items() if r >= best * (1 - AUTO_TOLERANCE))
         log.info("ImageLoader workers='auto': %s samples/s by thread count -> %d", {c: round(r) for c, r in rates.items()}, chosen)

@@ -4,7 +4,9 @@ The resize uses torch's ``interpolate(mode="bilinear", antialias=True)`` on a 3-
 channels-last tensor: that combination has a vectorized (AVX2) kernel whose output matches
 Pillow's antialiased bilinear resize (the filter torchvision applies to PIL images) to within a
 level, at about a quarter of Pillow's cost on the benchmark's images (docs/data.md). The crop is a
-slice, copied once into channels-last order, which the vectorized kernel needs.
+slice, copied once (row memcpy) into a contiguous buffer, which the vectorized kernel needs.
+:func:`crop_resize_into` writes into the caller's buffer (the decode threads reuse theirs);
+:func:`crop_resize` returns a new tensor.
 
 Decode threads call torch concurrently. Each call would otherwise start its own OpenMP team of
 ``torch.get_num_threads()`` threads, oversubscribing the cores the decode threads already fill;
@@ -25,7 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from stave.data.hostmem import Scratch
+from stave.data.scratch import Scratch
 
 log = logging.getLogger(__name__)
 

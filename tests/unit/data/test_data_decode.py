@@ -7,12 +7,16 @@ import struct
 
 import numpy as np
 import pytest
+import torch
+import torch.nn.functional as F
 from PIL import Image
 
 from conftest import IMAGES, big_photo_jpeg, jpeg_bytes, photo
 from stave.data import decode as dec
 from stave.data.crop import center_crop_boxes, random_resized_crop_boxes
 from stave.data.jpeg import read_jpeg_info, with_frame_height
+from stave.data.resize import crop_resize_into
+from stave.data.scratch import SCRATCH_KEEP_BYTES, Scratch, thread_scratch
 from stave.errors import FormatError
 
 # The tolerances: mean absolute difference at full scale, PSNR for reduced-scale decodes.
@@ -156,3 +160,54 @@ def test_unknown_backend_is_a_clear_error() -> None:
 def test_photo_helper_is_real() -> None:
     assert photo().size == (240, 160)
     assert len(jpeg_bytes(photo())) > 1000
+
+
+def test_crop_results_never_alias_the_threads_scratch(backend) -> None:
+    data = big_photo_jpeg(320, 240)
+    first, _ = dec.decode_jpeg_crop(data, dec.CropBox(10.0, 10.0, 200.0, 150.0), 48, 48, backend)
+    kept = first.numpy().copy()
+    dec.decode_jpeg_crop(data, dec.CropBox(100.0, 60.0, 120.0, 90.0), 48, 48, backend, flip=True)
+    assert np.array_equal(first.numpy(), kept)  # the second decode reused the scratch, not this result
+
+
+def test_region_decode_lands_in_the_given_scratch(backend) -> None:
+    if backend is None or not backend.decodes_in_place:
+        pytest.skip("the installed binding cannot decode into a caller's buffer")
+    data = big_photo_jpeg(320, 240)
+    scratch = Scratch()
+    low = dec.decode_jpeg_region(data, dec.CropBox(50.0, 100.0, 200.0, 120.0), 32, 32, backend, allow_reduced=False, scratch=scratch)
+    full = dec.decode_full(data, backend)
+    bottom = 100 + 120 + 1  # the crop's last row plus the resize filter's reach
+    assert np.array_equal(low.pixels[:bottom], full[:bottom])  # row cut: the rows the crop reads, bit for bit
+    high = dec.decode_jpeg_region(data, dec.CropBox(0.0, 0.0, 100.0, 60.0), 32, 32, backend, allow_reduced=False, scratch=scratch)
+    assert high.info.rows_decoded < low.info.rows_decoded < 240
+    assert np.shares_memory(high.pixels, low.pixels)  # one buffer, reused: no per-image allocation
+
+
+def test_crop_resize_into_matches_torch_and_pillow() -> None:
+    pixels = np.asarray(photo())
+    rng = np.random.default_rng(3)
+    out = np.empty((40, 40, 3), np.uint8)
+    for x, y, w, h in random_resized_crop_boxes(np.full(8, 240), np.full(8, 160), rng):
+        box = (float(x), float(y), float(x + w), float(y + h))
+        crop_resize_into(pixels, box, out, Scratch())
+        crop = torch.from_numpy(np.ascontiguousarray(pixels[y : y + h, x : x + w])).unsqueeze(0).permute(0, 3, 1, 2)
+        expected = F.interpolate(crop, size=(40, 40), mode="bilinear", antialias=True, align_corners=False)[0].permute(1, 2, 0)
+        assert np.array_equal(out, expected.numpy())
+        reference = np.asarray(photo().resize((40, 40), Image.Resampling.BILINEAR, box=box)).astype(np.float64)
+        assert np.abs(out.astype(np.float64) - reference).mean() <= MAX_MAD_FULL
+    with pytest.raises(ValueError, match="C-contiguous"):
+        crop_resize_into(pixels, (0.0, 0.0, 10.0, 10.0), out[:, ::2], None)
+
+
+def test_scratch_reuses_grows_and_caps_what_it_keeps() -> None:
+    scratch = Scratch()
+    small = scratch.array("decode", (10, 10, 3))
+    again = scratch.array("decode", (5, 20, 3))
+    assert np.shares_memory(small, again) and again.shape == (5, 20, 3)
+    bigger = scratch.array("decode", (100, 100, 3))
+    assert not np.shares_memory(small, bigger) and np.shares_memory(bigger, scratch.array("decode", (90, 90, 3)))
+    assert not np.shares_memory(scratch.array("crop", (10, 10, 3)), bigger)  # one buffer per purpose
+    huge = scratch.array("decode", (SCRATCH_KEEP_BYTES + 1,))
+    assert not np.shares_memory(huge, scratch.array("decode", (SCRATCH_KEEP_BYTES + 1,)))  # not kept
+    assert thread_scratch() is thread_scratch()
