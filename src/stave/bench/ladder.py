@@ -162,6 +162,7 @@ class Climb:
         candidate = base.with_changes(**changes)
         trial = Trial(label, changes, candidate)
         loss_text = ""
+        first_check_step_s: float | None = None
         self.progress(f"  trying {label} ({describe_changes(candidate.changes_from(base))})")
         try:
             if self.numerics_equal_reference(candidate):
@@ -172,6 +173,7 @@ class Climb:
                 trial.max_loss_dev, trial.output_dev, trial.input_dev = check.max_dev, check.output_dev, check.input_dev
                 trial.loss_tolerance, trial.loss_passed = check.tolerance, check.passed
                 trial.targets_match = check.targets_match
+                first_check_step_s = check.first_step_s
                 loss_text = check.describe()
             comparison = cmp.compare(
                 self.session(base), self.session(candidate), self.options.timing, self.options.min_gain
@@ -182,7 +184,7 @@ class Climb:
             trial.reason, trial.revert_kind = f"failed: {kind}"[:300], REVERT_ERROR
             log.info("candidate %s failed", label, exc_info=True)
             return trial
-        self._fill(trial, comparison, base)
+        self._fill(trial, comparison, base, first_check_step_s)
         keep, why = verdict(comparison, self.options.min_gain)
         if trial.loss_passed is False:
             trial.reason, trial.revert_kind = f"{loss_text}; {comparison.ratio:.2f}x", REVERT_LOSS
@@ -195,7 +197,7 @@ class Climb:
         self.progress(f"    {trial.samples_per_s:.1f} samples/s: {'kept, ' if trial.accepted else ''}{trial.reason}")
         return trial
 
-    def _fill(self, trial: Trial, comparison: Comparison, base: RunConfig) -> None:
+    def _fill(self, trial: Trial, comparison: Comparison, base: RunConfig, first_check_step_s: float | None) -> None:
         session = self.sessions[trial.config]
         trial.samples_per_s = comparison.b_rate
         trial.window_rates = [w.samples_per_s for w in comparison.b]
@@ -203,9 +205,12 @@ class Climb:
         trial.x_baseline = self.x_of.get(base, 1.0) * comparison.ratio
         trial.data_wait_share = comparison.b_wait_share
         trial.peak_mem_bytes = comparison.b_peak_mem_bytes
-        if trial.config.train.compile and session.first_step_s is not None:
+        if trial.config.train.compile:
+            # Compilation happens on the first step of whichever runs first (the loss check, or
+            # the session when the check was skipped); later builds hit inductor's caches.
             step_s = median([w.elapsed_ns / 1e9 / w.steps for w in comparison.b])
-            trial.compile_s = max(0.0, session.first_step_s - step_s)
+            first = max(s for s in (session.first_step_s, first_check_step_s, 0.0) if s is not None)
+            trial.compile_s = max(0.0, first - step_s)
 
     # -- one rung ------------------------------------------------------------------------------------
 

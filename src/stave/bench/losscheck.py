@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from stave import device as dev
 from stave.bench.pipeline import check_batches, check_order
 from stave.bench.session import build_model
 from stave.bench.settings import TORCH_LOADER, RunConfig
@@ -91,6 +93,7 @@ class LossCheck:
     output_dev: float | None = None
     targets_match: bool | None = None
     outputs_gated: bool = True
+    first_step_s: float | None = None
     output_tolerance: float = OUTPUT_REL_TOL
     input_tolerance: float = INPUT_STAT_TOL
 
@@ -207,6 +210,7 @@ class CheckRun:
     outputs: torch.Tensor | None
     stats: torch.Tensor | None
     targets: torch.Tensor | None
+    first_step_s: float
 
 
 class LossChecker:
@@ -248,7 +252,12 @@ class LossChecker:
             outputs = _flat(step.model(first_inputs))
         stats = channel_stats(batches)
         targets = _flat([b[1] for b in batches])
-        values = [step(inputs, targets) for inputs, targets in batches]
+        started = time.perf_counter()
+        values = [step(*batches[0])]
+        # SYNC: the first step's duration includes any compilation (reported as compile_s).
+        dev.synchronize(self.device)
+        first_step_s = time.perf_counter() - started
+        values += [step(inputs, targets) for inputs, targets in batches[1:]]
         # SYNC: one transfer of all losses at the end, not one per step.
         losses = tuple(float(v) for v in torch.stack(values).float().cpu().tolist())
         return CheckRun(
@@ -256,6 +265,7 @@ class LossChecker:
             outputs.cpu() if outputs is not None else None,
             stats,
             targets.cpu() if targets is not None else None,
+            first_step_s,
         )
 
     def reference(self, batch_size: int, order: str) -> CheckRun:
@@ -301,5 +311,6 @@ class LossChecker:
             input_dev=stats_deviation(candidate.stats, reference.stats),
             output_dev=relative_l2(candidate.outputs, reference.outputs),
             targets_match=_same(candidate.targets, reference.targets),
+            first_step_s=candidate.first_step_s,
             outputs_gated=config.loader == TORCH_LOADER,
         )
