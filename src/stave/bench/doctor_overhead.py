@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from stave.analyze.stats import median, relative_spread
+from stave.report.bench_console import progress, result_json
 
 GOAL_RATIO = 0.98
 WARMUP_STEPS = 30
@@ -90,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"pair": i, "plain_samples_per_s": plain["samples_per_s"],
                          "doctor_samples_per_s": doc["samples_per_s"], "ratio": ratio,
                          "plain_step_ms": plain["step_ms"]})
-            print(f"pair {i}: plain {plain['samples_per_s']:.0f}/s ({plain['step_ms']:.1f} ms/step), "
-                  f"doctor {doc['samples_per_s']:.0f}/s, ratio {ratio:.3f}", file=sys.stderr)
+            progress(f"pair {i}: plain {plain['samples_per_s']:.0f}/s ({plain['step_ms']:.1f} ms/step), "
+                     f"doctor {doc['samples_per_s']:.0f}/s, ratio {ratio:.3f}")
     result = {
         "benchmark": "doctor_overhead",
         "pairs": rows,
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         "goal": GOAL_RATIO,
         "meets_goal": median(ratios) >= GOAL_RATIO,
     }
-    print(json.dumps(result, indent=2))
+    result_json(result)
     if args.json:
         from stave.files import atomic_write_json
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from stave.files import atomic_write_json
+from stave.report.bench_console import progress, result_line
 
 DEFAULT_OUT = Path("bench-results")
 
@@ -93,7 +94,7 @@ def run_one(bench: Benchmark, out: Path, quick: bool) -> dict[str, object]:
     if not available(bench.module):
         return {"name": bench.name, "status": "missing", "detail": f"module {bench.module} is not in this checkout"}
     command = [sys.executable, *bench.argv(out, quick)]
-    print(f"== {bench.name}: {' '.join(command[1:])}", file=sys.stderr, flush=True)
+    progress(f"== {bench.name}: {' '.join(command[1:])}")
     start = time.perf_counter()
     code = subprocess.call(command)
     elapsed = time.perf_counter() - start
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.list:
         for bench in BENCHMARKS:
-            print(f"{bench.name}: {'present' if available(bench.module) else 'missing'} ({bench.module})")
+            result_line(f"{bench.name}: {'present' if available(bench.module) else 'missing'} ({bench.module})")
         return 0
     chosen = list(BENCHMARKS)
     if args.only:
@@ -140,9 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     entries = [run_one(bench, args.out, args.quick) for bench in chosen]
     atomic_write_json(args.out / "summary.json", {"benchmarks": entries, "quick": args.quick})
-    print(f"\nbenchmark results in {args.out}/ (summary.json lists them):")
+    result_line(f"\nbenchmark results in {args.out}/ (summary.json lists them):")
     for entry in entries:
-        print("  " + summary_line(entry))
+        result_line("  " + summary_line(entry))
     return 1 if any(e["status"] == "failed" for e in entries) else 0
 
 

@@ -91,7 +91,7 @@ def run_target(target: Target, stop_exc: type[BaseException]) -> Outcome:
         if isinstance(code, int):
             return Outcome(code, "exit" if code == 0 else "error", None if code == 0 else f"exit code {code}")
         # sys.exit("message") prints the message and exits with 1, as Python does.
-        print(code, file=sys.stderr)
+        sys.stderr.write(f"{code}\n")
         return Outcome(1, "error", str(code))
     except KeyboardInterrupt:
         return Outcome(EXIT_INTERRUPTED, "interrupt", "interrupted (Ctrl-C)")

@@ -29,6 +29,7 @@ from stave.data.bench_args import add_arguments
 from stave.device import cpu_model_name, usable_cores
 from stave.errors import UsageError
 from stave.files import atomic_write_json, check_writable
+from stave.report.bench_console import error_line
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -295,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(args)
     except StaveError as exc:
-        print(f"stave: error: {exc}", file=sys.stderr)
+        error_line(str(exc))
         return exc.exit_code
 
 

@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
+from stave.report.bench_console import progress, result_json, result_line
 
 # The bounds the trace analyzer promises (issue 3): under 1 GB of memory for a 1 GB trace, and at
 # least 50 MB/s of uncompressed JSON.
@@ -227,15 +228,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         t0 = time.perf_counter()
         paths = build_traces(source, workdir, args.size_mb)
-        print(f"built traces in {time.perf_counter() - t0:.0f} s: "
-              + ", ".join(f"{k} {v.stat().st_size / 1e6:.0f} MB" for k, v in paths.items()), flush=True)
+        progress(f"built traces in {time.perf_counter() - t0:.0f} s: "
+                 + ", ".join(f"{k} {v.stat().st_size / 1e6:.0f} MB" for k, v in paths.items()))
         runs: dict[str, list[dict[str, Any]]] = {k: [] for k in paths}
         for r in range(args.rounds):
             for layout, path in paths.items():
                 res = _measure(path, workdir)
                 runs[layout].append(res)
-                print(f"round {r + 1} {layout:6s} {res['uncompressed_bytes'] / 1e6 / res['wall_s']:6.1f} MB/s "
-                      f"wall, peak RSS {res['peak_rss_bytes'] / 2**20:.0f} MiB", flush=True)
+                progress(f"round {r + 1} {layout:6s} {res['uncompressed_bytes'] / 1e6 / res['wall_s']:6.1f} MB/s "
+                         f"wall, peak RSS {res['peak_rss_bytes'] / 2**20:.0f} MiB")
         reports = {layout: json.dumps(rs[0]["report"], sort_keys=True) for layout, rs in runs.items()}
         identical = len(set(reports.values())) == 1
         ok = identical
@@ -261,13 +262,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps(summary, indent=2))
+    result_json(summary)
     if args.out:
         from stave.files import atomic_write_json
 
         atomic_write_json(args.out, summary)
-    print(f"bounds: peak RSS < {MAX_RSS_BYTES / 2**30:.0f} GiB, >= {MIN_MB_PER_S:.0f} MB/s, identical results: "
-          + ("met" if ok else "NOT met"))
+    result_line(f"bounds: peak RSS < {MAX_RSS_BYTES / 2**30:.0f} GiB, >= {MIN_MB_PER_S:.0f} MB/s, identical results: "
+                + ("met" if ok else "NOT met"))
     return 0 if ok else 1
 
 

@@ -28,6 +28,7 @@ import numpy as np
 from stave.trace import intervals as iv
 from stave.trace.gpu import idle_by_stream
 from stave.trace.kernels import COMPUTE, classify_kernel
+from stave.report.bench_console import result_line
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in paths:
             for kind, rows in (("same events", same_events(p, Path(tmp) / "a")), ("whole trace", whole_trace(p, Path(tmp) / "b"))):
                 for c in rows:
-                    print(f"{c.trace[:48]:48s} {kind:12s} {c.metric:34s} stave {c.stave:14.1f}  hta {c.hta:14.1f}  "
+                    result_line(f"{c.trace[:48]:48s} {kind:12s} {c.metric:34s} stave {c.stave:14.1f}  hta {c.hta:14.1f}  "
                           f"diff {c.rel_diff:7.2%}")
                     if kind == "same events":
                         worst = max(worst, c.rel_diff if c.hta > 1 else 0.0)
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(Path(tmp) / "b", ignore_errors=True)
             (Path(tmp) / "a").mkdir()
             (Path(tmp) / "b").mkdir()
-    print(f"largest same-events difference: {worst:.3%}")
+    result_line(f"largest same-events difference: {worst:.3%}")
     return 0 if worst <= 0.01 else 1
 
 

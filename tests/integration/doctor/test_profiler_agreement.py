@@ -14,12 +14,18 @@ pytestmark = pytest.mark.slow
 # Both tools time the same calls with their own clocks; the profiler's range bookkeeping and our
 # hooks sit at slightly different points of each call, so a small tolerance is needed.
 TOLERANCE = 0.10
+# The profiler's Optimizer.step span also contains the optimizer hooks themselves (the step
+# boundary's bookkeeping runs in the global post-hook), which our phase cannot include: allow
+# that much absolute difference per optimizer call on top of the relative tolerance.
+HOOK_ALLOWANCE_US = 60.0
 
 
 def test_phases_agree_with_profiler() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 1024), nn.ReLU(),
+                          nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    # A million parameters, so the optimizer's own work is milliseconds, well above the hooks'.
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(32, 3, 48, 48)
     y = torch.randint(0, 10, (32,))
@@ -48,5 +54,6 @@ def test_phases_agree_with_profiler() -> None:
         "backward": totals["bwd"],
         "optimizer": totals["Optimizer.step#SGD.step"] + totals["Optimizer.zero_grad#SGD.zero_grad"],
     }
+    allowance_us = {"forward": 0.0, "backward": 0.0, "optimizer": 2 * len(steps) * HOOK_ALLOWANCE_US}
     for phase in ours:
-        assert ours[phase] == pytest.approx(theirs[phase], rel=TOLERANCE), (phase, ours, theirs)
+        assert ours[phase] == pytest.approx(theirs[phase], rel=TOLERANCE, abs=allowance_us[phase]), (phase, ours, theirs)

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import IMAGES, big_photo_jpeg
+
 from stave.data import DeviceLoader, ImageLoader, PackedDataset
 from stave.data.crop import random_resized_crop_boxes
 from stave.data.order import OrderSpec, epoch_permutation, rank_indices
@@ -209,8 +211,6 @@ def test_image_loader_on_cuda_pins_and_normalizes_on_device(indexed_pack: Path) 
 def test_gpu_batch_decode_matches_cpu_decode() -> None:
     from stave.data.gpu import decode_jpeg_batch
 
-    from conftest import IMAGES
-
     data = [(IMAGES / "chelsea_240x160.jpg").read_bytes(), (IMAGES / "rocket_restart_160x107.jpg").read_bytes()]
     decoded = decode_jpeg_batch(data, "cuda")
     assert [tuple(t.shape) for t in decoded] == [(3, 160, 240), (3, 107, 160)]
@@ -258,7 +258,6 @@ def test_cpu_batches_equal_the_crop_decode_of_their_boxes(indexed_pack: Path) ->
 def test_per_sample_decode_allocates_no_image_sized_arrays(tmp_path: Path) -> None:
     import tracemalloc
 
-    from conftest import big_photo_jpeg
     from stave.data import pack
 
     root = pack([(big_photo_jpeg(320 + 16 * i, 240), i) for i in range(4)], tmp_path / "big").path

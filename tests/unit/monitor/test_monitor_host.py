@@ -215,7 +215,9 @@ def test_host_samples_have_their_fields_and_absent_pressure_is_none(tmp_path) ->
                       stacks=False, proc_paths=paths)
     cpu0, t0 = time.process_time(), time.perf_counter()
     monitor.start()
-    deadline = time.perf_counter() + 0.4
+    # 1.5 s at 20 Hz: about 30 ticks, so a slow first tick or a GC pause in a long test session
+    # cannot leave fewer than the 4 the test needs.
+    deadline = time.perf_counter() + 1.5
     while time.perf_counter() < deadline:
         sum(i * i for i in range(10_000))
     monitor.stop()

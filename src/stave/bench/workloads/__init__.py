@@ -10,10 +10,15 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from stave.bench.spec import JobSpec, spec_from
 from stave.errors import UsageError
+
+if TYPE_CHECKING:
+    from stave.bench.spec import JobSpec
+
+# stave.bench.spec (and torch) is imported only when a job is built: the CLI's parser reads the
+# names below on every `stave` command.
 
 WORKLOADS: dict[str, str] = {
     "seed-resnet18": "stave.bench.workloads.seed_resnet18",
@@ -47,4 +52,6 @@ def load_job(target: str) -> JobSpec:
     func: Callable[[], object] | None = getattr(module, func_name, None)
     if not callable(func):
         raise UsageError(f"{module_name} has no function {func_name!r} for --job")
+    from stave.bench.spec import spec_from
+
     return spec_from(func(), f"{module_name}:{func_name}")

@@ -152,7 +152,7 @@ def sync_in_loop(t: TraceAnalysis) -> Finding | None:
 # Keep values on the GPU inside the loop; read them every N steps:
 running_loss += loss.detach()          # not loss.item()
 if step % log_every == 0:
-    print((running_loss / log_every).item())   # one sync per N steps
+    logger.info("loss %.4f", (running_loss / log_every).item())   # one sync per N steps
     running_loss.zero_()""",
         lines=lines,
         explanation=(
