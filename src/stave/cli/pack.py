@@ -105,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
             progress=progress,
         )
     for entry in result.skipped[:_SKIPPED_SHOWN]:
-        print(f"stave: skipped {entry['source']}: {entry['reason']}", file=sys.stderr)
+        reason = str(entry["reason"]).removeprefix(f"{entry['source']}: ")  # the reason often names the file too
+        print(f"stave: skipped {entry['source']}: {reason}", file=sys.stderr)
     if len(result.skipped) > _SKIPPED_SHOWN:
         print(f"stave: ... and {len(result.skipped) - _SKIPPED_SHOWN} more (all listed in {dst}/manifest.json)", file=sys.stderr)
     resumed = f", resumed after {result.resumed_shards} finished shard(s)" if result.resumed_shards else ""

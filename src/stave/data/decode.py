@@ -186,6 +186,9 @@ def decode_jpeg_crop(
 def _open_pillow(data: bytes | memoryview, name: str) -> Image.Image:
     try:
         image = Image.open(io.BytesIO(data))
+    except Image.UnidentifiedImageError as exc:
+        # Pillow's message names its in-memory buffer object, not the file: say it plainly.
+        raise FormatError(f"{name}: not a readable image (no image format recognized)") from exc
     except (OSError, ValueError, Image.DecompressionBombError) as exc:
         raise FormatError(f"{name}: not a readable image ({exc})") from exc
     _check_pixels(image.size[0], image.size[1], name)

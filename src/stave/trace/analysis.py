@@ -23,7 +23,7 @@ from stave.trace.launches import LaunchBound, launch_bound, launch_info
 from stave.trace.nesting import OpStat, op_tree, python_tree, top_ops
 from stave.trace.steps import StepWindows, find_steps
 from stave.trace.syncs import SyncSummary, analyze_syncs
-from stave.trace.tables import ANNOTATION, CPU_OP, TraceData, load_trace
+from stave.trace.tables import ANNOTATION, CPU_OP, RUNTIME, TraceData, load_trace
 
 log = logging.getLogger(__name__)
 
@@ -197,4 +197,40 @@ def _notes(data: TraceData, windows: StepWindows) -> list[str]:
         notes.append(f"events of phases stave does not read were ignored ({phases})")
     if len(data.gpu) and not np.any(data.gpu.corr >= 0):
         notes.append("GPU activities carry no correlation ids: launch and host-wait analysis is limited")
+    notes.extend(_long_runtime_calls(data, windows))
     return notes
+
+
+# A training step's runtime calls are launches and allocations of microseconds; one call that alone
+# covers a fifth of a step is start-up work (CUDA context creation, cuDNN/cuBLAS handles, NCCL
+# communicators, the caching allocator's first cudaMalloc) inside the profiled window.
+LONG_RUNTIME_SHARE = 0.20
+# Calls that wait for the GPU are long by design; the sync analysis covers them.
+_WAITING_CALL_WORDS = ("Synchronize", "Memcpy", "StreamWait", "EventQuery", "StreamQuery")
+
+
+def _long_runtime_calls(data: TraceData, windows: StepWindows) -> list[str]:
+    """A note for the longest non-waiting runtime call when it covers a large share of its step."""
+    host = data.host
+    rows = np.flatnonzero(host.cat == RUNTIME)
+    if not len(rows) or not len(windows):
+        return []
+    step = windows.step_of(host.start[rows])
+    inside = step >= 0
+    rows, step = rows[inside], step[inside]
+    share = (host.end[rows] - host.start[rows]) / np.maximum(windows.duration[step], 1)
+    for k in np.argsort(-share):
+        if share[k] < LONG_RUNTIME_SHARE:
+            return []
+        name = data.names[int(host.name[rows[k]])]
+        if any(word in name for word in _WAITING_CALL_WORDS):
+            continue
+        seconds = int(host.end[rows[k]] - host.start[rows[k]]) / 1e9
+        where = f"step {int(windows.numbers[step[k]])}" if windows.marked else "the trace"
+        return [
+            f"one runtime call, {name}, takes {seconds:.3g} s ({share[k]:.0%} of {where}): start-up work "
+            "(GPU context, library handles, lazy kernel loading, first allocations) was profiled; the breakdown and GPU "
+            "utilization describe start-up, not training. Profile steps after warm-up: "
+            "torch.profiler.schedule(wait=1, warmup=1, active=3) and prof.step() once per step"
+        ]
+    return []

@@ -200,3 +200,20 @@ def test_vectorized_parents_match_call_stack_sweep(seed: int) -> None:
     start = np.array([p[0] for p in spans], dtype=np.int64)
     end = np.array([p[1] for p in spans], dtype=np.int64)
     assert _parents(start, end).tolist() == _stack_parents(start.tolist(), end.tolist())
+
+
+def test_start_up_runtime_call_is_noted_but_waiting_calls_are_not(tmp_path: Path) -> None:
+    # Step 1 holds a 600 us cudaMalloc (60% of the step): start-up work was profiled.
+    events = [step(1, 0, 1000), runtime("cudaMalloc", 10, 600, corr=1)]
+    events += launched("k", 700, 5, 710, 100, corr=2)
+    a = analyze_trace(write_trace(tmp_path / "startup.json", events))
+    assert any("cudaMalloc" in n and "after warm-up" in n for n in a.notes), a.notes
+    # A synchronize that long waits for the GPU: the sync analysis covers it, no start-up note.
+    events = [step(1, 0, 1000), runtime("cudaDeviceSynchronize", 10, 600, corr=1)]
+    events += launched("k", 700, 5, 710, 100, corr=2)
+    a = analyze_trace(write_trace(tmp_path / "sync.json", events))
+    assert not any("runtime call" in n for n in a.notes), a.notes
+    # Short launches in a normal step: no note.
+    events = [step(1, 0, 1000)] + launched("k", 10, 5, 20, 900, corr=1)
+    a = analyze_trace(write_trace(tmp_path / "normal.json", events))
+    assert not any("runtime call" in n for n in a.notes), a.notes
