@@ -34,6 +34,11 @@ MAX_BATCH_SHARE_OF_DATASET = 0.25
 QUICK_BATCH_FACTOR = 4
 # Worker counts beyond this are not tried: past it, loaders are bound by shared memory hand-off.
 MAX_WORKERS = 16
+# The input-pipeline rungs are retried at the end of the ladder when the kept configuration waits
+# for data at least this share of its step: the compute rungs shrink the step, so a pipeline that
+# kept up with the baseline may no longer keep up. Below it, removing the whole wait would gain at
+# most ~1.05x, close to the keep bar (1.02) and the noise of a window.
+INPUT_RETRY_WAIT_SHARE = 0.05
 
 
 @dataclass
@@ -142,6 +147,44 @@ def custom_loader_rung(name: str, description: str) -> Rung:
     return Rung(f"loader:{name}", description or f"input pipeline: {name}", plan)
 
 
+def plan_input_again(ctx: Context, current: RunConfig) -> Plan:
+    """The input pipeline again (more workers, the job's custom loaders) once compute got faster."""
+    wait = _current_wait_share(ctx, current)
+    if wait is None:
+        return Plan.skipped("no rung was kept after the input-pipeline rungs: nothing changed for the pipeline")
+    if wait < INPUT_RETRY_WAIT_SHARE:
+        return Plan.skipped(f"data wait is {wait:.0%} of the step, under {INPUT_RETRY_WAIT_SHARE:.0%}")
+    candidates: list[tuple[str, dict[str, Any]]] = []
+    if current.loader == TORCH_LOADER:
+        counts = _powers_of_two_above(current.num_workers, min(dev.usable_cores(), MAX_WORKERS))
+        if counts:
+            n = counts[0]
+            candidates.append((f"{n} worker{'s' if n > 1 else ''}", {"num_workers": n}))
+    candidates += [
+        (f"loader: {c.name}", {"loader": c.name, "uint8": False, "pin_memory": False})
+        for c in ctx.spec.loaders
+        if c.name != current.loader
+    ]
+    if not candidates:
+        return Plan.skipped(f"data wait is {wait:.0%}, but no other input pipeline is left to try")
+    return Plan("best", tuple(candidates))
+
+
+def _current_wait_share(ctx: Context, current: RunConfig) -> float | None:
+    """The data-wait share measured for ``current`` by the latest rung that kept it, if any did after
+    the input-pipeline rungs (otherwise the pipeline was judged on this very configuration)."""
+    latest = None
+    for name, result in ctx.results.items():
+        if name in _INPUT_RUNGS or name.startswith("loader:"):
+            latest = None
+        elif result.chosen is not None and result.chosen.config == current:
+            latest = result.chosen.data_wait_share
+    return latest
+
+
+_INPUT_RUNGS = ("workers", "pin_memory", "batch_size", "uint8")
+
+
 def plan_set_to_none(ctx: Context, current: RunConfig) -> Plan:
     """zero_grad(set_to_none=True), when the job passes False."""
     if current.train.set_to_none:
@@ -218,6 +261,7 @@ def default_rungs(spec: JobSpec) -> list[Rung]:
         Rung("batch_size_again", "batch size again", plan_batch_size),
         Rung("optimizer", "optimizer foreach/fused", plan_optimizer),
         Rung("compile", "torch.compile", plan_compile),
+        Rung("input_again", "input pipeline again", plan_input_again),
         Rung("cuda_graphs", "CUDA graphs", plan_cuda_graphs),
         Rung("cudnn_benchmark", "cudnn.benchmark", plan_cudnn_benchmark),
     ]

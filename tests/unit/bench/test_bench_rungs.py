@@ -87,6 +87,32 @@ def test_default_rungs_follow_the_issue_order_with_custom_loaders_after_uint8() 
         "batch_size_again",
         "optimizer",
         "compile",
+        "input_again",
         "cuda_graphs",
         "cudnn_benchmark",
     ]
+
+
+def test_input_pipeline_is_retried_only_when_the_faster_step_waits_for_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stave.bench.result import KEPT, REVERTED, RungResult, Trial
+    from stave.bench.spec import CustomLoader
+
+    monkeypatch.setattr(dev, "usable_cores", lambda: 2)
+    spec = dataclasses.replace(tiny_job.spec(), loaders=(CustomLoader("fast", lambda r: []),))
+    base = RunConfig(64)
+    faster = RunConfig(64, train=TrainConfig(precision="bf16"))
+
+    def ctx_with(wait: float) -> R.Context:
+        ctx = context(spec)
+        ctx.results["workers"] = RungResult("workers", "w", REVERTED, "no gain")
+        ctx.results["loader:fast"] = RungResult("loader:fast", "l", REVERTED, "no gain")
+        kept = Trial("autocast bf16", {"precision": "bf16"}, faster, data_wait_share=wait)
+        ctx.results["autocast"] = RungResult("autocast", "a", KEPT, "1.8x", [kept], kept)
+        return ctx
+
+    plan = R.plan_input_again(ctx_with(0.13), faster)
+    assert plan.mode == "best"
+    assert [c[1].get("num_workers", c[1].get("loader")) for c in plan.candidates] == [1, "fast"]
+    assert "under 5%" in R.plan_input_again(ctx_with(0.02), faster).skip
+    # Nothing kept after the pipeline rungs: the pipeline was already judged on this configuration.
+    assert "nothing changed" in R.plan_input_again(context(spec), base).skip
