@@ -103,14 +103,22 @@ def test_bad_input_is_one_line_and_exit_2(train_script: Path, tmp_path: Path, st
 def test_ctrl_c_writes_report(train_script: Path, tmp_path: Path, stave_env: dict[str, str], run_stave) -> None:
     out = tmp_path / "r.json"
     marker = tmp_path / "progress"
+    # A test run started in the background by a shell without job control inherits SIGINT as
+    # ignored, and Python keeps it so: give the child the default disposition, as a terminal would.
     proc = subprocess.Popen([sys.executable, "-m", "stave", "doctor", "--quiet", "--json", str(out),
                              str(train_script), "--steps", "100000", "--progress", str(marker)],
-                            env=stave_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline and not (marker.exists() and marker.read_text().strip() not in ("", "1", "2")):
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    _out, err = proc.communicate(timeout=120)
+                            env=stave_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (marker.exists() and marker.read_text().strip() not in ("", "1", "2")):
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # never leave a training process behind for the next tests
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, err
     report = json.loads(out.read_text())
     assert report["run"]["stopped_by"] == "interrupt"
