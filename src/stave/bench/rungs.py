@@ -97,11 +97,21 @@ def plan_workers(ctx: Context, current: RunConfig) -> Plan:
     """DataLoader worker processes, counted up from the job's own while each count helps."""
     if current.loader != TORCH_LOADER:
         return Plan.skipped(f"the {current.loader} loader chooses its own workers")
-    limit = min(dev.usable_cores(), MAX_WORKERS)
-    counts = _powers_of_two_above(current.num_workers, limit)
+    counts = _worker_counts(current)
     if not counts:
+        limit = min(dev.usable_cores(), MAX_WORKERS)
         return Plan.skipped(f"the job already uses {current.num_workers} workers on {limit} usable cores")
     return Plan("grow", tuple((f"{n} worker{'s' if n > 1 else ''}", {"num_workers": n}) for n in counts))
+
+
+def _worker_counts(current: RunConfig) -> list[int]:
+    """Worker counts above the current one, doubling, up to the usable cores."""
+    return _powers_of_two_above(current.num_workers, min(dev.usable_cores(), MAX_WORKERS))
+
+
+def _loader_changes(name: str) -> dict[str, Any]:
+    """The changes that swap in the custom loader ``name`` (it does its own transfer and pinning)."""
+    return {"loader": name, "uint8": False, "pin_memory": False}
 
 
 def plan_pin_memory(ctx: Context, current: RunConfig) -> Plan:
@@ -142,7 +152,7 @@ def custom_loader_rung(name: str, description: str) -> Rung:
     """A rung that swaps the input pipeline for the job's custom loader ``name``."""
 
     def plan(ctx: Context, current: RunConfig) -> Plan:
-        return Plan("single", ((f"loader: {name}", {"loader": name, "uint8": False, "pin_memory": False}),))
+        return Plan("single", ((f"loader: {name}", _loader_changes(name)),))
 
     return Rung(f"loader:{name}", description or f"input pipeline: {name}", plan)
 
@@ -156,12 +166,12 @@ def plan_input_again(ctx: Context, current: RunConfig) -> Plan:
         return Plan.skipped(f"data wait is {wait:.0%} of the step, under {INPUT_RETRY_WAIT_SHARE:.0%}")
     candidates: list[tuple[str, dict[str, Any]]] = []
     if current.loader == TORCH_LOADER:
-        counts = _powers_of_two_above(current.num_workers, min(dev.usable_cores(), MAX_WORKERS))
+        counts = _worker_counts(current)
         if counts:
             n = counts[0]
             candidates.append((f"{n} worker{'s' if n > 1 else ''}", {"num_workers": n}))
     candidates += [
-        (f"loader: {c.name}", {"loader": c.name, "uint8": False, "pin_memory": False})
+        (f"loader: {c.name}", _loader_changes(c.name))
         for c in ctx.spec.loaders
         if c.name != current.loader
     ]
