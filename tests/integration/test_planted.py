@@ -29,11 +29,13 @@ def run_doctor(case: PlantedCase, repo_root: Path, tmp_path: Path, python_exe: s
     # slowing the small planted models tenfold and burying their planted cause. The oversubscription
     # script sets its thread count itself.
     env = {**env, "OMP_NUM_THREADS": "1"}
+    # The script runs as many steps as the doctor measures (its own default may be fewer), so the
+    # stack samples behind a line-level finding are enough on a fast machine too.
     out = tmp_path / f"{case.name}.json"
     script = repo_root / "tests" / "planted" / f"{case.name}.py"
     proc = subprocess.run(
         [python_exe, "-m", "stave", "doctor", "--quiet", "--steps", str(case.doctor_steps), "--json", str(out),
-         str(script)],
+         str(script), "--steps", str(case.doctor_steps)],
         cwd=repo_root, env=env, capture_output=True, text=True, timeout=850,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -67,7 +67,8 @@ class LoadingBound:
     ``step_s`` / ``data_wait_s``: means over the counted steps that are not outliers.
     ``compute_wall_s``: the step without its data wait (what loading must hide behind).
     ``compute_cpu_s``: CPU-seconds the main process spends per step outside loading; measured
-    from the monitor when ``compute_cpu_measured``, else assumed to keep its torch threads busy.
+    from the monitor when ``compute_cpu_measured`` (at most its torch threads over
+    ``compute_wall_s``), else assumed to keep its torch threads busy.
     ``load_wall_s`` / ``load_cpu_s``: one step's samples loaded by one worker.
     ``cores``: usable cores (affinity); ``cores_available``: of those, what the other processes on
     the machine left to the job while it ran (all of them when that is not measured).
@@ -136,12 +137,16 @@ def loading_bound(record: RunRecord, summary: StepSummary, host: HostSummary) ->
     cores = usable_cores(record)
     compute_wall = max(t - wait, 0.0)
     measured = host.cpu_main_pct is not None
+    # The compute phases cannot use more CPU than their threads over their own duration.
+    compute_cpu_most = compute_wall * min(record.config.torch_threads or cores, cores)
     if host.cpu_main_pct is not None:
         main_cpu = host.cpu_main_pct / 100.0 * t
-        compute_cpu = max(main_cpu - (load_cpu if pipe.in_main_process else 0.0), 0.0)
+        # Capped: idle OpenMP team threads spin-wait (libgomp, MKL) between parallel regions, and
+        # with per-sample tensor ops in main-process loading they never stop spinning: a core's
+        # worth of process CPU that is no demand of the compute and goes when the loading leaves.
+        compute_cpu = min(max(main_cpu - (load_cpu if pipe.in_main_process else 0.0), 0.0), compute_cpu_most)
     else:
-        threads = record.config.torch_threads or 1
-        compute_cpu = compute_wall * min(threads, cores)
+        compute_cpu = compute_cpu_most
     cpu_share = min(1.0, pipe.cpu_s_per_sample / pipe.wall_s_per_sample) if pipe.wall_s_per_sample > 0 else 0.0
     queue, is_bound, blocked = _queue_and_blocked(pipe, host, cores, cpu_share)
     available = float(cores)

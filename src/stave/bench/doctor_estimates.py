@@ -72,7 +72,7 @@ PLANTED: tuple[PlantedCase, ...] = (
     PlantedCase("oversubscription", "THREAD_OVERSUBSCRIPTION", 30, "median_step_s"),
     PlantedCase("float64_batches", "BATCH_DTYPE", 30, "median_step_s"),
     PlantedCase("tiny_batch", "SMALL_BATCH", 100, "samples_per_s", plain_steps=200),
-    PlantedCase("leaked_graph", "MEMORY_GROWTH", 40, "median_step_s"),
+    PlantedCase("leaked_graph", "MEMORY_GROWTH", 100, "median_step_s"),
     PlantedCase("checkpoint_stall", "STEP_OUTLIERS", 40, "mean_step_s", plain_steps=120),
     PlantedCase("fp32_compute", "NO_MIXED_PRECISION", 30, "median_step_s"),
     PlantedCase("python_loss", "PYTHON_OVERHEAD", 150, "median_step_s", plain_steps=150),
@@ -125,7 +125,7 @@ def doctor_estimate(case: PlantedCase, root: Path, tmp: Path) -> tuple[str | Non
     out = tmp / f"{case.name}.json"
     script = root / "tests" / "planted" / f"{case.name}.py"
     _run([sys.executable, "-m", "stave", "doctor", "--quiet", "--steps", str(case.doctor_steps),
-          "--json", str(out), str(script)], root)
+          "--json", str(out), str(script), "--steps", str(case.doctor_steps)], root)
     report = json.loads(out.read_text(encoding="utf-8"))
     findings = report.get("findings", [])
     top = findings[0]["id"] if findings else None

@@ -204,8 +204,20 @@ def test_python_overhead_counts_the_backward_it_causes_toward_the_threshold():
     assert run_rule("PYTHON_OVERHEAD", rec) is None
 
 
-def test_python_overhead_quiet_without_stack_samples_or_on_healthy_steps():
-    assert run_rule("PYTHON_OVERHEAD", loop_record(with_stacks=False)) is None
+def test_python_overhead_without_stack_samples_reports_the_time_alone():
+    # Too short a run for the stacks: the 'other' time still counts, without lines or replay.
+    f = run_rule("PYTHON_OVERHEAD", loop_record(with_stacks=False))
+    assert f is not None
+    assert f.lines == []
+    assert f.evidence["stack_samples_in_other"] == 0
+    t = sum((2.0, 20.0, 30.0, 3.0, 45.0)) / 1e3
+    assert f.est_speedup == pytest.approx(t / (t - 0.045), rel=0.03)
+    assert "--flamegraph" in f.fix
+    # ...and only when 'other' alone is a large share of the step.
+    assert run_rule("PYTHON_OVERHEAD", loop_record(with_stacks=False, other_ms=8.0)) is None
+
+
+def test_python_overhead_quiet_on_healthy_steps():
     # A little Python issuing a few ops: bookkeeping, not a finding.
     assert run_rule("PYTHON_OVERHEAD", loop_record(other_ms=5.0, other_ops=30)) is None
     assert run_rule("PYTHON_OVERHEAD", healthy_record()) is None

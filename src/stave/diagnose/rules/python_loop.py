@@ -45,6 +45,43 @@ def _backward_replay_s(inp: DoctorInput, hot_share: float) -> float | None:
     return per_node * loop_ops / (loop_ops + ops.get("forward", 0)) * hot_share
 
 
+def _unattributed(inp: DoctorInput, other: float, samples: int) -> Finding | None:
+    """The finding from timing alone, when the run was too short for the stacks to name a line.
+
+    Only the measured 'other' time counts: without lines, the backward replay cannot be tied to
+    the loop, so the estimate is the lower bound. Too short a run should still say that a large
+    share of the step is unaccounted Python, and how to get the lines.
+    """
+    t = inp.summary.step_time_median_s
+    if other / t < MIN_SHARE:
+        return None
+    est = speedup(t, t - other)
+    if est < REPORT_MIN_SPEEDUP:
+        return None
+    return make_finding(
+        "PYTHON_OVERHEAD",
+        est,
+        f"{other / t:.0%} of the step is Python outside the model, loader and optimizer; the run was "
+        f"too short to name the lines ({samples} stack samples there)",
+        {
+            "step_time_s": t,
+            "other_s": other,
+            "other_share": other / t,
+            "stack_samples_in_other": samples,
+            "min_stack_samples": MIN_STACK_SAMPLES,
+            "aten_ops_in_other": inp.record.config.aten_ops_by_phase.get("other"),
+        },
+        """# Run longer to see which lines hold the time (the table of hot lines, or the flame graph):
+#   stave doctor --steps 200 --flamegraph stacks.txt train.py
+# then replace per-element Python loops in the step with whole-tensor ops, e.g.
+loss = F.cross_entropy(out, y, reduction="sum")  # not one cross_entropy per sample""",
+        explanation=(
+            "Estimate: the median 'other' time removed (a lower bound: the backward work such Python "
+            "causes cannot be attributed without its lines)."
+        ),
+    )
+
+
 @rule("PYTHON_OVERHEAD", kind="doctor")
 def python_overhead(inp: DoctorInput) -> Finding | None:
     """Much of the typical step is the user's Python outside the measured phases."""
@@ -56,8 +93,9 @@ def python_overhead(inp: DoctorInput) -> Finding | None:
     other = min(summary.phase_median_s.get("other", 0.0), t)
     slow = set(find_outliers(record.steps).indices)
     steps = [i for i in counted_indices(record) if i not in slow]
-    if record.stacks.sample_count(steps, "other") < MIN_STACK_SAMPLES:
-        return None
+    samples = record.stacks.sample_count(steps, "other")
+    if samples < MIN_STACK_SAMPLES:
+        return _unattributed(inp, other, samples)
     lines = [h for h in hot_lines(record.stacks, steps, "other", limit=3) if h.share >= LINE_MIN_SHARE]
     if not lines:
         return None
