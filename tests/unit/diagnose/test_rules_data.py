@@ -134,6 +134,19 @@ def test_cpu_bound_estimate_counts_only_the_cores_other_processes_leave():
     assert busy.est_speedup < quiet.est_speedup
 
 
+def test_cpu_bound_still_reported_when_other_processes_hold_the_spare_core():
+    rec = cpu_record()
+    # The job uses 1.0 core of a 100%-busy 2-core machine: another process holds the other core, so
+    # loading in workers cannot pay off now; the finding says so and estimates for the freed core.
+    rec.host = host_series(rec.steps, cpu_main_pct=100.0, cpu_workers_pct=0.0, cpu_system_pct=100.0)
+    f = run_rule("DATA_CPU_BOUND", rec)
+    assert f is not None
+    assert f.evidence["cores_available"] == pytest.approx(1.0)
+    assert f.evidence["est_speedup_with_other_load"] < 1.05
+    assert f.est_speedup == pytest.approx(run_rule("DATA_CPU_BOUND", cpu_record()).est_speedup, rel=0.01)
+    assert "once the other processes" in f.explanation
+
+
 def test_cpu_bound_with_all_cores_busy_estimates_a_cheaper_stage_as_an_upper_bound():
     f = run_rule("DATA_CPU_BOUND", cpu_record(num_workers=2))
     assert f is not None
