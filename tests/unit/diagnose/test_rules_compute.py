@@ -104,6 +104,22 @@ def test_small_batch_from_fixed_costs():
     assert "batch_size=128" in f.fix and "lr = base_lr * 4" in f.fix
 
 
+def test_small_batch_counts_op_bound_compute_as_fixed():
+    def rec_with(flops_fwd: float, flops_bwd: float):
+        rec = healthy_record(steps=tiny_steps(), probes=probes(fp32_matmul_flops_per_s=1e11))
+        rec.config = dataclasses.replace(rec.config, flops_by_phase={"forward": flops_fwd, "backward": flops_bwd})
+        return rec
+
+    # 3 MFLOP at 1e11 FLOP/s is 0.03 ms of 7 ms forward+backward, and 750 ops average 9.3 us (under
+    # ten 3-us dispatches): the compute is per-op overhead, fixed per step.
+    f = run_rule("SMALL_BATCH", rec_with(1e6, 2e6))
+    assert f.evidence["fixed_share"] == pytest.approx((5.0 + 7.0 - 0.03) / 14, rel=0.01)
+    # 300 MFLOP is 3 ms, 43% of the compute: the data does the work; only the bare dispatch is fixed.
+    g = run_rule("SMALL_BATCH", rec_with(1e8, 2e8))
+    assert g.evidence["fixed_share"] == pytest.approx(7.25 / 14, rel=0.01)
+    assert f.est_speedup > g.est_speedup
+
+
 def test_small_batch_never_from_batch_size_alone():
     # Same tiny batch, but the step is all batch-proportional compute: no finding.
     steps = make_steps(lambda i: {"data_wait": 1.0, "forward": 40.0, "backward": 55.0, "optimizer": 1.0, "other": 1.0},

@@ -32,6 +32,12 @@ SMALL_BATCH_GROWTH = 4
 # A third of the step fixed: a 4x batch then buys at least 1.33x, enough to pay for retuning the
 # learning rate (and the convergence risk) a 4x batch brings; below it the change is not worth that.
 SMALL_BATCH_MIN_FIXED_SHARE = 1 / 3
+# Forward and backward count as per-op overhead (fixed per step) when the counted FLOPs at the
+# probe's matmul rate explain under a tenth of their time and the mean op costs at most ten bare
+# dispatches (dispatch, autograd node, module call and the backward counterpart are a few): work
+# that scales with the data would show as FLOPs or as ops far slower than a dispatch.
+OP_BOUND_MAX_FLOP_SHARE = 0.10
+OP_BOUND_MAX_DISPATCHES = 10.0
 # On a GPU the batch can only grow into free memory; keep this share of it for fragmentation and
 # the allocator's cache.
 GPU_MEMORY_USABLE_SHARE = 0.9
@@ -112,6 +118,15 @@ def _fixed_costs_s(inp: DoctorInput) -> tuple[float, dict[str, float]]:
     if overhead is not None and ops:
         # Each op pays a fixed dispatch cost whatever its size; it cannot exceed the phases it is in.
         parts["dispatch_s"] = min(compute, ops * overhead / 1e9)
+        rate = record.probes.fp32_matmul_flops_per_s
+        flops = cfg.flops_by_phase.get("forward", 0) + cfg.flops_by_phase.get("backward", 0)
+        if rate and compute > 0:
+            flop_s = flops / rate
+            per_op_s = compute / ops
+            if flop_s < OP_BOUND_MAX_FLOP_SHARE * compute and per_op_s <= OP_BOUND_MAX_DISPATCHES * overhead / 1e9:
+                # Ops too small for their size to matter: beyond the bare dispatch, each pays its
+                # autograd node and Python module call, none of which grows with the batch.
+                parts["dispatch_s"] = max(parts["dispatch_s"], compute - flop_s)
     pipe = summarize_pipeline(record)
     if pipe is not None and pipe.in_main_process:
         # The part of the wait beyond the samples' own loading: sampler, fetch and collate overhead.
