@@ -182,9 +182,7 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
         stage_line = f"# The most expensive stage is {top.name} ({top.share:.0%} of loading): {_stage_advice(top)}.\n"
     workers = min(max(_needed_workers(lb), lb.workers + 1), lb.cores)
     if workers > lb.workers:
-        def step_with(cores: float) -> float:
-            return pipelined_step_s(lb.compute_wall_s, lb.compute_cpu_s, lb.load_wall_s, lb.load_cpu_s, workers, cores)
-
+        load_wall, load_cpu, loaders = lb.load_wall_s, lb.load_cpu_s, workers
         evidence["suggested_workers"] = workers
         fix = (
             f"# Load in {workers} worker processes (this machine has {lb.cores} usable cores), alongside the compute.\n"
@@ -195,15 +193,15 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
         # No core left for another worker: only cheaper loading helps. The estimate is the upper
         # bound of that, the top stage costing nothing.
         share_left = 1.0 - top.share
-
-        def step_with(cores: float) -> float:
-            return pipelined_step_s(lb.compute_wall_s, lb.compute_cpu_s, lb.load_wall_s * share_left,
-                                    lb.load_cpu_s * share_left, lb.workers, cores)
-
+        load_wall, load_cpu, loaders = lb.load_wall_s * share_left, lb.load_cpu_s * share_left, lb.workers
         fix = stage_line
         how = f"if {top.name} cost nothing (an upper bound)"
     else:
         return None
+
+    def step_with(cores: float) -> float:
+        return pipelined_step_s(lb.compute_wall_s, lb.compute_cpu_s, load_wall, load_cpu, loaders, cores)
+
     est = speedup(lb.step_s, step_with(lb.cores_available))
     bound = f"bounded by the {lb.cores_available:.1f} cores left to the job, which the compute needs too"
     if est < REPORT_MIN_SPEEDUP and lb.cores_available < lb.cores:
