@@ -2,14 +2,14 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# The stamp is rebuilt when the dependency pins change, so a stale venv is refreshed, not trusted.
+# The stamp is rebuilt when the dependency pins or the native part change, so a stale venv is refreshed, not trusted.
 STAMP := $(VENV)/.stave-installed
 
 .PHONY: venv demo test test-fast bench clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py src/stave/_native/jpeg_region.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

@@ -312,6 +312,9 @@ def measure_window(pipeline: Pipeline, warmup_batches: int, timed_batches: int) 
 def decode_ceiling_pipeline(files: list[Path], backend_name: str, batch_size: int, reuse_output: bool = False) -> Pipeline:
     """One thread reading each file (page cache) and fully decoding it with one binding.
 
+    ``backend_name`` is a name from :func:`stave.data.decode.available_backends` or ``"native"``
+    (stave's own libjpeg-turbo call, always into a reused buffer).
+
     ``reuse_output`` decodes into one preallocated buffer instead of a fresh array per call (for a
     binding that can): the same full decode without the allocation's first-touch page faults, which
     glibc makes or spares depending on its allocation history. The benchmark measures both and takes
@@ -323,6 +326,17 @@ def decode_ceiling_pipeline(files: list[Path], backend_name: str, batch_size: in
 
             def decode(data: bytes) -> Any:
                 return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+        elif backend_name == "native":
+            from stave.data.native import native_module
+
+            native = native_module()
+            assert native is not None
+            whole = np.empty(_CEILING_BUFFER_BYTES, dtype=np.uint8)
+
+            def decode(data: bytes) -> Any:
+                # A region larger than any image is clamped to the whole frame: a full decode.
+                return native.decode_region(data, 1, 0, 0, 1 << 16, 1 << 16, whole)
 
         else:
             from stave.data.decode import get_backend as pick

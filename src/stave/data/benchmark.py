@@ -205,6 +205,12 @@ def run(args: argparse.Namespace) -> int:
         for b in available_backends()
         if b != "pillow" and getattr(get_backend(b), "decodes_in_place", False)
     ]
+    from stave.data.native import native_available
+
+    if native_available():
+        # stave's own libjpeg-turbo call (the system library) is a binding too: when its full decode is
+        # faster, the ceiling rises with it, so the region decode is never compared with a slower library.
+        ceilings.append(Contender("ceiling_native_buffer", bp.decode_ceiling_pipeline(data["files"], "native", args.batch_size, reuse_output=True)))
     everyone = contenders + ceilings
     for round_number in range(args.rounds):
         for contender in everyone:

@@ -6,11 +6,14 @@ work than the crop needs; :func:`decode_jpeg_crop` adds the resize and returns a
 
 * **DCT-domain downscaling** (1/2, 1/4, 1/8): chosen only when the scaled crop still covers the
   output size on both axes, so the final resize never upsamples from a reduced decode.
-* **Row region of interest**: for single-scan sequential JPEGs (the common case) the frame height
+* **Region of interest**, with stave's native module (:mod:`stave.data.native`): libjpeg-turbo
+  decodes only the iMCU columns around the crop, skips the IDCT of the rows above it and stops after
+  its last row. Rows above the crop must still be entropy-decoded (JPEG has no row index without
+  restart markers).
+* **Row cut**, without it: for single-scan sequential JPEGs (the common case) the frame height
   is shortened to the last MCU row the crop and the resize filter touch (see
-  :func:`stave.data.jpeg.with_frame_height`); libjpeg-turbo skips everything below it.
-  Rows above the crop must still be entropy-decoded (JPEG has no row index without restart
-  markers), and the column range cannot be narrowed through these bindings.
+  :func:`stave.data.jpeg.with_frame_height`); libjpeg-turbo skips everything below it. The
+  column range cannot be narrowed through the Python bindings.
 * The crop and the antialiased bilinear resize are one vectorized torch call
   (:mod:`stave.data.resize`); decode and resize both release the GIL, so threads scale.
 * The decoded pixels land in the calling thread's scratch buffer (:mod:`stave.data.scratch`), not
@@ -35,6 +38,7 @@ from PIL import Image
 
 from stave.data.backends import BACKEND_ENV, JpegBackend, available_backends, get_backend
 from stave.data.jpeg import JpegInfo, is_jpeg, read_jpeg_info, with_frame_height
+from stave.data.native import native_module
 from stave.data.resize import crop_resize
 from stave.data.scratch import Scratch, thread_scratch
 from stave.errors import FormatError
@@ -67,6 +71,12 @@ MAX_PIXELS = 1 << 28
 REDUCED_SCALES = (8, 4, 2)
 # Rows kept below the crop for the resize filter's support and the chroma upsampler's context.
 _ROW_MARGIN_PX = 2
+# Pixels decoded around the crop on every side by the native region decode: at a region's edge
+# the chroma upsampler lacks its neighbour and may differ from a full decode by a level; two pixels
+# in, the output is identical (tested against full decodes).
+_REGION_MARGIN_PX = 2
+# jpeg_crop_scanline widens a region to whole iMCU columns: at most one iMCU (4 x 8 px at 4:1:1) more.
+_MAX_IMCU_WIDTH_PX = 32
 
 
 @dataclass(frozen=True)
@@ -140,7 +150,7 @@ def decode_jpeg_region(
 
     The pixels are written into ``scratch`` (default: the calling thread's) when the binding can
     decode in place, so they are only valid until this thread's next decode; no per-call output
-    allocation is faulted in.
+    allocation is faulted in. ``allow_rows=False`` decodes whole frames (no region, no row cut).
     """
     info = read_jpeg_info(data, name)
     _check_pixels(info.width, info.height, name)
@@ -148,6 +158,10 @@ def decode_jpeg_region(
     if backend is None:
         return _pillow_region(data, box, denom, name)
     scratch = scratch if scratch is not None else thread_scratch()
+    native = native_module() if allow_rows else None
+    # CMYK/YCCK (4 components): libjpeg cannot convert them to RGB; the bindings can.
+    if native is not None and info.components in (1, 3):
+        return _native_region(native, data, info, box, denom, scratch, name)
     rows = _rows_needed(info, box, denom) if allow_rows and info.truncatable else info.height
     target = scratch.flat("decode", -(-rows // denom) * -(-info.width // denom) * 3)
     try:
@@ -162,6 +176,24 @@ def decode_jpeg_region(
     scale_x = info.width / -(-info.width // denom)
     scale_y = info.height / -(-info.height // denom)
     return Region(rgb, _scaled_box(box, scale_x, scale_y), DecodeInfo(denom, rows, info.height))
+
+
+def _native_region(native, data: bytes | memoryview, info: JpegInfo, box: CropBox, denom: int, scratch: Scratch, name: str) -> Region:
+    # libjpeg's scaled output has ceil(side / denom) pixels per axis.
+    scaled_w, scaled_h = -(-info.width // denom), -(-info.height // denom)
+    x0, y0, x1, y1 = _scaled_box(box, info.width / scaled_w, info.height / scaled_h)
+    left = min(scaled_w - 1, max(0, math.floor(x0) - _REGION_MARGIN_PX))
+    top = min(scaled_h - 1, max(0, math.floor(y0) - _REGION_MARGIN_PX))
+    right = max(left + 1, min(scaled_w, math.ceil(x1) + _REGION_MARGIN_PX))
+    bottom = max(top + 1, min(scaled_h, math.ceil(y1) + _REGION_MARGIN_PX))
+    target = scratch.flat("decode", (right - left + _MAX_IMCU_WIDTH_PX) * (bottom - top) * 3)
+    try:
+        start_x, width, height = native.decode_region(data, denom, left, top, right - left, bottom - top, target, True)
+    except ValueError as exc:
+        raise FormatError(f"{name}: cannot decode JPEG: {exc}") from exc
+    pixels = target[: width * height * 3].reshape(height, width, 3)
+    rows = min(info.height, bottom * denom)
+    return Region(pixels, (x0 - start_x, y0 - top, x1 - start_x, y1 - top), DecodeInfo(denom, rows, info.height))
 
 
 def decode_jpeg_crop(

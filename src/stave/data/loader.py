@@ -38,8 +38,9 @@ from stave.data.crop import DEFAULT_RATIO, DEFAULT_SCALE, center_crop_boxes, ran
 from stave.data.dataset import PackedDataset
 from stave.data.decode import CropBox, DecodeInfo, decode_jpeg_region, get_backend, raw_region
 from stave.data.device_loader import DeviceLoader
-from stave.data.scratch import thread_scratch
+from stave.data.native import native_module
 from stave.data.resize import crop_resize_into, serial_torch_in_this_thread
+from stave.data.scratch import thread_scratch
 from stave.data.order import OrderSpec, batch_rng, rank_indices
 from stave.errors import FormatError, UsageError
 
@@ -182,6 +183,8 @@ class ImageLoader:
         self._out_dtype = dtype or (torch.float32 if mean is not None else torch.uint8)
         self._channels_last = channels_last
         self._host_constants = _host_constants(mean, std, self._out_dtype) if self._host_normalize else None
+        # The native fused copy (uint8 HWC -> normalized float32 CHW, one pass) when it is built.
+        self._native_normalize = _native_normalize_args(self._host_constants, self._out_dtype)
         # On a CPU the batches are final when the threads are done: no copy to overlap, so no prefetcher
         # (its look-ahead would only hold one more 154 MB batch buffer).
         self._device_loader = (
@@ -377,6 +380,12 @@ class ImageLoader:
             pixels_hwc = self._user_transform(pixels_hwc)
         if self._host_constants is None:
             np.copyto(out.numpy(), pixels_hwc)  # HWC uint8 row of the (pinned) staging buffer: GPU path
+        elif self._native_normalize is not None and out.is_contiguous():
+            native, scale, shift = self._native_normalize
+            if self.transform is None:  # mirrored by the copy itself
+                native.planar_normalize(resized, out.numpy(), self.size, self.size, scale, shift, flip)
+            else:  # the transform saw (and returned) the mirrored image
+                native.planar_normalize(np.ascontiguousarray(pixels_hwc), out.numpy(), self.size, self.size, scale, shift, False)
         else:
             # HWC -> CHW as a uint8 numpy copy (flip included), then a contiguous cast: cheaper than one
             # strided cast-and-transpose copy_ (docs/data.md).
@@ -493,6 +502,20 @@ class _HostBatch(tuple):
         obj = super().__new__(cls, (images, labels))
         obj.slot = slot
         return obj
+
+
+def _native_normalize_args(
+    constants: tuple[torch.Tensor | None, torch.Tensor | None] | None, dtype: torch.dtype
+) -> tuple[Any, tuple[float, ...], tuple[float, ...]] | None:
+    """(native module, scale, shift) for the fused float32 copy on the host, or None to use torch ops."""
+    native = native_module()
+    if native is None or constants is None or dtype != torch.float32:
+        return None
+    scale, shift = constants
+    if scale is None or shift is None:
+        return native, (1.0, 1.0, 1.0), (0.0, 0.0, 0.0)  # a plain cast to 0..255 floats
+    # float32 values, exactly representable as Python floats: the table rounds as torch's mul_/sub_ do.
+    return native, tuple(float(v) for v in scale.flatten()), tuple(float(v) for v in shift.flatten())
 
 
 def _host_constants(

@@ -20,6 +20,7 @@ import ctypes
 import functools
 import glob
 import logging
+import math
 import os
 from typing import Any
 
@@ -66,11 +67,15 @@ def serial_torch_in_this_thread() -> bool:
 
 
 def _pixel_box(box: tuple[float, float, float, float], width: int, height: int) -> tuple[int, int, int, int]:
-    """``box`` rounded to whole pixels and clamped inside a ``width`` x ``height`` image, never empty."""
-    x0 = min(max(0, int(round(box[0]))), width - 1)
-    y0 = min(max(0, int(round(box[1]))), height - 1)
-    x1 = max(x0 + 1, min(width, int(round(box[2]))))
-    y1 = max(y0 + 1, min(height, int(round(box[3]))))
+    """``box`` rounded to whole pixels and clamped inside a ``width`` x ``height`` image, never empty.
+
+    Halves round up, not to even: a box shifted by whole pixels (a region decode's offset) must round
+    to the same pixels shifted, which Python's banker's ``round`` does not (round(2.5) == 2, round(3.5) == 4).
+    """
+    x0 = min(max(0, math.floor(box[0] + 0.5)), width - 1)
+    y0 = min(max(0, math.floor(box[1] + 0.5)), height - 1)
+    x1 = max(x0 + 1, min(width, math.floor(box[2] + 0.5)))
+    y1 = max(y0 + 1, min(height, math.floor(box[3] + 0.5)))
     return x0, y0, x1, y1
 
 

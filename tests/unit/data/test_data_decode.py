@@ -1,4 +1,8 @@
-"""Crop-aware decode: agreement with Pillow, reduced-scale rules, the row cut, hostile headers."""
+"""Crop-aware decode: agreement with Pillow, reduced-scale rules, the row cut, hostile headers.
+
+Every test runs twice: with stave's native region decode (skipped where it is not built) and with the
+Python bindings alone (``STAVE_NATIVE=0``), the path users without a compiler get.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from conftest import IMAGES, big_photo_jpeg, jpeg_bytes, photo
 from stave.data import decode as dec
 from stave.data.crop import center_crop_boxes, random_resized_crop_boxes
 from stave.data.jpeg import read_jpeg_info, with_frame_height
+from stave.data.native import NATIVE_ENV, native_available
 from stave.data.resize import crop_resize_into
 from stave.data.scratch import SCRATCH_KEEP_BYTES, Scratch, thread_scratch
 from stave.errors import FormatError
@@ -34,6 +39,15 @@ def pillow_reference(data: bytes, box: dec.CropBox, size: int) -> np.ndarray:
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
     return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
+
+
+@pytest.fixture(params=["native", "bindings"], autouse=True)
+def decode_path(request, monkeypatch) -> str:
+    if request.param == "bindings":
+        monkeypatch.setenv(NATIVE_ENV, "0")
+    elif not native_available():
+        pytest.skip("stave._jpeg_region is not built here (no compiler or libjpeg-turbo headers at install)")
+    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -170,15 +184,21 @@ def test_crop_results_never_alias_the_threads_scratch(backend) -> None:
     assert np.array_equal(first.numpy(), kept)  # the second decode reused the scratch, not this result
 
 
-def test_region_decode_lands_in_the_given_scratch(backend) -> None:
+def test_region_decode_lands_in_the_given_scratch(backend, decode_path: str) -> None:
     if backend is None or not backend.decodes_in_place:
         pytest.skip("the installed binding cannot decode into a caller's buffer")
     data = big_photo_jpeg(320, 240)
     scratch = Scratch()
     low = dec.decode_jpeg_region(data, dec.CropBox(50.0, 100.0, 200.0, 120.0), 32, 32, backend, allow_reduced=False, scratch=scratch)
     full = dec.decode_full(data, backend)
-    bottom = 100 + 120 + 1  # the crop's last row plus the resize filter's reach
-    assert np.array_equal(low.pixels[:bottom], full[:bottom])  # row cut: the rows the crop reads, bit for bit
+    if decode_path == "bindings":
+        bottom = 100 + 120 + 1  # the crop's last row plus the resize filter's reach
+        assert np.array_equal(low.pixels[:bottom], full[:bottom])  # row cut: the rows the crop reads, bit for bit
+    else:
+        # A region: the box's pixels, bit for bit, at the offsets the region reports.
+        x0, y0, x1, y1 = (int(round(v)) for v in low.box)
+        assert low.pixels.shape[1] < 320 and low.pixels.shape[0] < 240
+        assert np.array_equal(low.pixels[y0:y1, x0:x1], full[100:220, 50:250])
     high = dec.decode_jpeg_region(data, dec.CropBox(0.0, 0.0, 100.0, 60.0), 32, 32, backend, allow_reduced=False, scratch=scratch)
     assert high.info.rows_decoded < low.info.rows_decoded < 240
     assert np.shares_memory(high.pixels, low.pixels)  # one buffer, reused: no per-image allocation
@@ -211,3 +231,4 @@ def test_scratch_reuses_grows_and_caps_what_it_keeps() -> None:
     huge = scratch.array("decode", (SCRATCH_KEEP_BYTES + 1,))
     assert not np.shares_memory(huge, scratch.array("decode", (SCRATCH_KEEP_BYTES + 1,)))  # not kept
     assert thread_scratch() is thread_scratch()
+

@@ -274,3 +274,24 @@ def test_per_sample_decode_allocates_no_image_sized_arrays(tmp_path: Path) -> No
     finally:
         tracemalloc.stop()
     assert peak < 48 * 1024, f"{peak} bytes allocated while decoding: an intermediate escaped the scratch buffers"
+
+
+def test_native_and_binding_paths_give_bit_identical_batches(indexed_pack: Path, image_folder: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from stave.data import pack
+    from stave.data.native import NATIVE_ENV, native_available
+
+    if not native_available():
+        pytest.skip("stave._jpeg_region is not built here")
+    # The region decode is exact inside the crop box and the resize reads only the box; the fused
+    # normalize rounds as torch's cast, mul_ and sub_ do: the batches must not differ by a bit.
+    mixed = pack(image_folder, tmp_path / "mixed").path  # gray, progressive, 4:4:4, restart markers, CMYK, PNG
+    for root, size in ((indexed_pack, 24), (mixed, 40)):
+        for options in ({}, {"mean": None, "std": None}, {"train": False}):
+            monkeypatch.delenv(NATIVE_ENV, raising=False)
+            native = [(i.clone(), l.clone()) for i, l in ImageLoader(root, batch_size=4, size=size, workers=2, seed=9, **options)]
+            monkeypatch.setenv(NATIVE_ENV, "0")
+            plain = [(i.clone(), l.clone()) for i, l in ImageLoader(root, batch_size=4, size=size, workers=2, seed=9, **options)]
+            assert len(native) == len(plain) > 0
+            for (a, la), (b, lb) in zip(native, plain):
+                assert torch.equal(la, lb) and torch.equal(a, b), (root.name, options)
