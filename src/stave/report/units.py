@@ -168,7 +168,7 @@ def _fmt_number_by_key(key: str, value: float) -> str:
         return fmt_bytes(value)
     if key.endswith("_ns"):
         return fmt_seconds(value / 1e9)
-    if key.endswith("_s"):
+    if key.endswith("_s") or "_s_at_" in key:  # "matmul_s_at_probe_rate": seconds, qualified
         return fmt_seconds(value)
     if key.endswith("_pct"):
         return fmt_pct(value)

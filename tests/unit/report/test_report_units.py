@@ -44,6 +44,7 @@ def test_zero_is_zero_not_absent() -> None:
     [
         ("data_wait_s", 0.0941, "94.1 ms"),
         ("wait_ns", 2_000_000, "2.00 ms"),
+        ("matmul_s_at_probe_rate", 0.0123, "12.3 ms"),
         ("dataset_bytes", 2**30, "1.00 GiB"),
         ("disk_read_bytes_per_s", 2**20, "1.00 MiB/s"),
         ("samples_per_s", 1234.5, "1,234/s"),
