@@ -123,19 +123,25 @@ static int decode_region_nogil(const unsigned char *data, size_t size, int denom
         jpeg_destroy_decompress(&cinfo);
         return -1;
     }
-    int out_w = (int)cinfo.output_width, out_h = (int)cinfo.output_height;
-    /* Clamp the region into the scaled image; an empty region is the caller's error. */
-    if (x < 0) { w += x; x = 0; }
-    if (y < 0) { h += y; y = 0; }
-    if (x + w > out_w) w = out_w - x;
-    if (y + h > out_h) h = out_h - y;
+    long long out_w = (long long)cinfo.output_width, out_h = (long long)cinfo.output_height;
+    /* Clamp the region into the scaled image (in 64 bits: x + w must not overflow for any int the
+     * caller passes); an empty region is the caller's error. */
+    long long left = x, top = y, right = (long long)x + w, bottom = (long long)y + h;
+    if (left < 0) left = 0;
+    if (top < 0) top = 0;
+    if (right > out_w) right = out_w;
+    if (bottom > out_h) bottom = out_h;
+    x = (int)left;
+    y = (int)top;
+    w = right > left ? (int)(right - left) : 0;
+    h = bottom > top ? (int)(bottom - top) : 0;
     if (w <= 0 || h <= 0) {
-        snprintf(err->message, sizeof(err->message), "region outside the %dx%d image", out_w, out_h);
+        snprintf(err->message, sizeof(err->message), "region outside the %lldx%lld image", out_w, out_h);
         jpeg_destroy_decompress(&cinfo);
         return -1;
     }
     JDIMENSION xoffset = (JDIMENSION)x, width = (JDIMENSION)w;
-    if (width < (JDIMENSION)out_w) {
+    if ((long long)width < out_w) {
         /* Rounds xoffset down to an iMCU boundary and widens width to match. */
         jpeg_crop_scanline(&cinfo, &xoffset, &width);
     } else {
@@ -143,7 +149,7 @@ static int decode_region_nogil(const unsigned char *data, size_t size, int denom
         width = (JDIMENSION)out_w;
     }
     size_t row_bytes = (size_t)width * 3;
-    if (row_bytes * (size_t)h > out_size) {
+    if (row_bytes * (size_t)h > out_size) {  /* width <= 65535 after the crop: no overflow */
         snprintf(err->message, sizeof(err->message), "output buffer of %zu bytes is smaller than the %zu the region needs",
                  out_size, row_bytes * (size_t)h);
         jpeg_destroy_decompress(&cinfo);
@@ -245,7 +251,9 @@ static PyObject *planar_normalize(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*w*nn(fff)(fff)p", &src, &dst, &height, &width, &scale[0], &scale[1], &scale[2],
                           &shift[0], &shift[1], &shift[2], &flip))
         return NULL;
-    if (height <= 0 || width <= 0 || src.len < height * width * 3 || dst.len < height * width * 3 * (Py_ssize_t)sizeof(float)) {
+    /* Sizes checked in a way that cannot overflow: a plane of more than 2^40 pixels is refused first. */
+    if (height <= 0 || width <= 0 || height > ((Py_ssize_t)1 << 20) || width > ((Py_ssize_t)1 << 20) ||
+        src.len < height * width * 3 || dst.len < height * width * 3 * (Py_ssize_t)sizeof(float)) {
         PyBuffer_Release(&src);
         PyBuffer_Release(&dst);
         PyErr_Format(PyExc_ValueError, "buffers too small for a %zdx%zd image", height, width);

@@ -51,6 +51,12 @@ def test_native_region_rejects_bad_calls_and_hostile_streams() -> None:
         native.decode_region(data, 3, 0, 0, 10, 10, out)
     with pytest.raises(ValueError, match="outside"):
         native.decode_region(data, 1, 500, 0, 10, 10, out)
+    with pytest.raises(ValueError, match="outside"):
+        native.decode_region(data, 1, 2**31 - 1, 2**31 - 1, 2**31 - 1, 2**31 - 1, out)  # x + w overflows an int
+    with pytest.raises(ValueError, match="outside"):
+        native.decode_region(data, 1, -(2**31), -(2**31), 2**31 - 1, 2**31 - 1, out)  # ends left of the image
+    # A region hanging over every edge is clamped to the image: a full decode.
+    assert native.decode_region(data, 1, -5, -5, 10_000, 10_000, out) == (0, 240, 160)
     with pytest.raises(ValueError, match="smaller"):
         native.decode_region(data, 1, 0, 0, 240, 160, out[:100])
     with pytest.raises(ValueError):
