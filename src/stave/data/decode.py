@@ -31,6 +31,7 @@ import io
 import logging
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -178,7 +179,9 @@ def decode_jpeg_region(
     return Region(rgb, _scaled_box(box, scale_x, scale_y), DecodeInfo(denom, rows, info.height))
 
 
-def _native_region(native, data: bytes | memoryview, info: JpegInfo, box: CropBox, denom: int, scratch: Scratch, name: str) -> Region:
+def _native_region(
+    native: Any, data: bytes | memoryview, info: JpegInfo, box: CropBox, denom: int, scratch: Scratch, name: str
+) -> Region:
     # libjpeg's scaled output has ceil(side / denom) pixels per axis.
     scaled_w, scaled_h = -(-info.width // denom), -(-info.height // denom)
     x0, y0, x1, y1 = _scaled_box(box, info.width / scaled_w, info.height / scaled_h)

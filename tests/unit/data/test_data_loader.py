@@ -289,9 +289,11 @@ def test_native_and_binding_paths_give_bit_identical_batches(indexed_pack: Path,
     for root, size in ((indexed_pack, 24), (mixed, 40)):
         for options in ({}, {"mean": None, "std": None}, {"train": False}):
             monkeypatch.delenv(NATIVE_ENV, raising=False)
-            native = [(i.clone(), l.clone()) for i, l in ImageLoader(root, batch_size=4, size=size, workers=2, seed=9, **options)]
+            loader = ImageLoader(root, batch_size=4, size=size, workers=2, seed=9, **options)
+            native = [(im.clone(), lab.clone()) for im, lab in loader]
             monkeypatch.setenv(NATIVE_ENV, "0")
-            plain = [(i.clone(), l.clone()) for i, l in ImageLoader(root, batch_size=4, size=size, workers=2, seed=9, **options)]
+            loader = ImageLoader(root, batch_size=4, size=size, workers=2, seed=9, **options)
+            plain = [(im.clone(), lab.clone()) for im, lab in loader]
             assert len(native) == len(plain) > 0
             for (a, la), (b, lb) in zip(native, plain):
                 assert torch.equal(la, lb) and torch.equal(a, b), (root.name, options)

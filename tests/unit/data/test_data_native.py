@@ -16,7 +16,9 @@ from conftest import jpeg_bytes, photo
 from stave.data import decode as dec
 from stave.data.native import native_available, native_module
 
-pytestmark = pytest.mark.skipif(not native_available(), reason="stave._jpeg_region is not built here (no compiler or libjpeg-turbo headers at install)")
+pytestmark = pytest.mark.skipif(
+    not native_available(), reason="stave._jpeg_region is not built here (no compiler or libjpeg-turbo headers at install)"
+)
 
 
 
@@ -77,7 +79,8 @@ def test_native_planar_normalize_is_bit_identical_to_torch() -> None:
         source = image[:, ::-1] if flip else image
         expected = torch.from_numpy(np.ascontiguousarray(source.transpose(2, 0, 1))).float().mul_(scale).sub_(shift)
         got = torch.empty(3, 37, 53)
-        native.planar_normalize(image, got.numpy(), 37, 53, tuple(scale.flatten().tolist()), tuple(shift.flatten().tolist()), flip)
+        scale_args, shift_args = tuple(scale.flatten().tolist()), tuple(shift.flatten().tolist())
+        native.planar_normalize(image, got.numpy(), 37, 53, scale_args, shift_args, flip)
         assert torch.equal(got, expected)
     with pytest.raises(ValueError, match="too small"):
         native.planar_normalize(image, torch.empty(3, 10, 10).numpy(), 37, 53, (1.0, 1.0, 1.0), (0.0, 0.0, 0.0), False)
