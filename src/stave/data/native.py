@@ -5,12 +5,14 @@ headers are present (setup.py); where it is not, everything here returns ``None`
 the Python bindings for the whole decode. ``$STAVE_NATIVE=0`` turns it off (for A/B measurements and
 for ruling it out when something looks wrong).
 
-* :func:`region_decoder`: ``decode_region(data, denom, x, y, w, h, out, strict) -> (x0, width, height)``
+:func:`native_module` returns the module (or ``None``); it has two functions:
+
+* ``decode_region(data, denom, x, y, w, h, out, strict=True) -> (x0, width, height)``
   decodes only the iMCU columns around a region and skips the IDCT of the rows above it (libjpeg's
   ``jpeg_crop_scanline`` / ``jpeg_skip_scanlines``), which neither simplejpeg nor TurboJPEG 2.1's API
-  exposes. On the benchmark's 500x375 photographs with RandomResizedCrop boxes: 0.78 of a full
+  exposes. On the benchmark's 500x375 photographs with RandomResizedCrop boxes: 0.65-0.78 of a full
   decode's CPU time, against 0.96 for the row cut through simplejpeg (docs/data.md).
-* :func:`planar_normalizer`: ``planar_normalize(src, dst, height, width, scale, shift, flip)`` writes
+* ``planar_normalize(src, dst, height, width, scale, shift, flip)`` writes
   HxWx3 uint8 as normalized float32 CHW in one pass, bit-identical to torch's cast, ``mul_`` and ``sub_``.
 """
 
