@@ -9,7 +9,7 @@ STAMP := $(VENV)/.stave-installed
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py src/stave/_native/jpeg_region.c
+$(STAMP): pyproject.toml setup.py $(wildcard src/stave/_native/*.c src/stave/_native/*.h)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

@@ -36,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="pack images into stave's sharded format (fast loading with stave.data.ImageLoader)",
         description=(
             "Pack SRC (an ImageFolder tree of class sub-folders, or a .csv/.jsonl list of path,label) into "
-            "the directory DST. JPEGs that fit are stored byte-for-byte; others are re-encoded. "
+            "the directory DST. JPEGs that fit keep their DCT coefficients (identical pixels), re-coded losslessly "
+            "with restart markers so crops decode faster (--keep-bytes: byte for byte); others are re-encoded. "
             "An interrupted pack resumes when rerun with the same arguments. "
             "`stave pack --verify DST` checks every checksum of a packed dataset."
         ),
@@ -44,6 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("paths", nargs="+", metavar="SRC DST", help="source and destination (only DST with --verify)")
     parser.add_argument("--max-side", type=int, default=None, metavar="N", help="downscale so the longer side is at most N px")
     parser.add_argument("--quality", type=int, default=90, metavar="Q", help="JPEG quality for re-encoded images (default 90)")
+    parser.add_argument(
+        "--keep-bytes", action="store_true", help="store JPEGs that fit byte for byte (no lossless restart-marker re-coding)"
+    )
     parser.add_argument("--raw", action="store_true", help="store decoded uint8 pixels (small images: no decode when loading)")
     parser.add_argument("--workers", type=int, default=None, metavar="N", help="threads reading and checking images (default: all cores)")
     parser.add_argument("--shard-size", type=parse_size, default="256MiB", metavar="SIZE", help="bytes per shard (default 256MiB)")
@@ -99,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
             quality=args.quality,
             raw=args.raw,
             shard_bytes=args.shard_size,
+            restart_markers=not args.keep_bytes,
             workers=args.workers,
             strict=args.strict,
             overwrite=args.overwrite,
@@ -110,9 +115,11 @@ def run(args: argparse.Namespace) -> int:
     if len(result.skipped) > _SKIPPED_SHOWN:
         print(f"stave: ... and {len(result.skipped) - _SKIPPED_SHOWN} more (all listed in {dst}/manifest.json)", file=sys.stderr)
     resumed = f", resumed after {result.resumed_shards} finished shard(s)" if result.resumed_shards else ""
+    how = "kept (same pixels)" if result.restart_coded else "kept byte-for-byte"
+    coded = f", {result.restart_coded} restart-coded" if result.restart_coded else ""
     print(
         f"packed {result.num_samples} images into {result.path} ({result.num_shards} shard(s), "
-        f"{result.data_bytes / 1e6:.1f} MB; {result.kept_jpeg} JPEGs kept byte-for-byte, {result.reencoded} re-encoded, "
+        f"{result.data_bytes / 1e6:.1f} MB; {result.kept_jpeg} JPEGs {how}, {result.reencoded} re-encoded{coded}, "
         f"{len(result.skipped)} skipped{resumed})"
     )
     return 0

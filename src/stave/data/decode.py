@@ -8,8 +8,9 @@ work than the crop needs; :func:`decode_jpeg_crop` adds the resize and returns a
   output size on both axes, so the final resize never upsamples from a reduced decode.
 * **Region of interest**, with stave's native module (:mod:`stave.data.native`): libjpeg-turbo
   decodes only the iMCU columns around the crop, skips the IDCT of the rows above it and stops after
-  its last row. Rows above the crop must still be entropy-decoded (JPEG has no row index without
-  restart markers).
+  its last row, and the crop's pixels are written out packed for the resize. Rows above the crop must
+  still be entropy-decoded, unless the JPEG has restart markers that line up with its MCU rows (what
+  stave pack stores): then only the restart intervals around the crop are decoded at all.
 * **Row cut**, without it: for single-scan sequential JPEGs (the common case) the frame height
   is shortened to the last MCU row the crop and the resize filter touch (see
   :func:`stave.data.jpeg.with_frame_height`); libjpeg-turbo skips everything below it. The
@@ -40,7 +41,7 @@ from PIL import Image
 from stave.data.backends import BACKEND_ENV, JpegBackend, available_backends, get_backend
 from stave.data.jpeg import JpegInfo, is_jpeg, read_jpeg_info, with_frame_height
 from stave.data.native import native_module
-from stave.data.resize import crop_resize
+from stave.data.resize import crop_resize, pixel_box
 from stave.data.scratch import Scratch, thread_scratch
 from stave.errors import FormatError
 
@@ -74,10 +75,8 @@ REDUCED_SCALES = (8, 4, 2)
 _ROW_MARGIN_PX = 2
 # Pixels decoded around the crop on every side by the native region decode: at a region's edge
 # the chroma upsampler lacks its neighbour and may differ from a full decode by a level; two pixels
-# in, the output is identical (tested against full decodes).
+# in, the output is identical (tested against full decodes). Only the crop itself is written out.
 _REGION_MARGIN_PX = 2
-# jpeg_crop_scanline widens a region to whole iMCU columns: at most one iMCU (4 x 8 px at 4:1:1) more.
-_MAX_IMCU_WIDTH_PX = 32
 
 
 @dataclass(frozen=True)
@@ -184,19 +183,17 @@ def _native_region(
 ) -> Region:
     # libjpeg's scaled output has ceil(side / denom) pixels per axis.
     scaled_w, scaled_h = -(-info.width // denom), -(-info.height // denom)
-    x0, y0, x1, y1 = _scaled_box(box, info.width / scaled_w, info.height / scaled_h)
-    left = min(scaled_w - 1, max(0, math.floor(x0) - _REGION_MARGIN_PX))
-    top = min(scaled_h - 1, max(0, math.floor(y0) - _REGION_MARGIN_PX))
-    right = max(left + 1, min(scaled_w, math.ceil(x1) + _REGION_MARGIN_PX))
-    bottom = max(top + 1, min(scaled_h, math.ceil(y1) + _REGION_MARGIN_PX))
-    target = scratch.flat("decode", (right - left + _MAX_IMCU_WIDTH_PX) * (bottom - top) * 3)
+    # The whole pixels the resize reads (the rounding crop_resize_into applies to any region).
+    x0, y0, x1, y1 = pixel_box(_scaled_box(box, info.width / scaled_w, info.height / scaled_h), scaled_w, scaled_h)
+    width, height = x1 - x0, y1 - y0
+    target = scratch.flat("decode", width * height * 3)
     try:
-        start_x, width, height = native.decode_region(data, denom, left, top, right - left, bottom - top, target, True)
+        native.decode_crop(data, denom, x0, y0, width, height, _REGION_MARGIN_PX, target, True)
     except ValueError as exc:
         raise FormatError(f"{name}: cannot decode JPEG: {exc}") from exc
     pixels = target[: width * height * 3].reshape(height, width, 3)
-    rows = min(info.height, bottom * denom)
-    return Region(pixels, (x0 - start_x, y0 - top, x1 - start_x, y1 - top), DecodeInfo(denom, rows, info.height))
+    rows = min(info.height, (y1 + _REGION_MARGIN_PX) * denom)
+    return Region(pixels, (0.0, 0.0, float(width), float(height)), DecodeInfo(denom, rows, info.height))
 
 
 def decode_jpeg_crop(

@@ -66,7 +66,7 @@ def serial_torch_in_this_thread() -> bool:
     return True
 
 
-def _pixel_box(box: tuple[float, float, float, float], width: int, height: int) -> tuple[int, int, int, int]:
+def pixel_box(box: tuple[float, float, float, float], width: int, height: int) -> tuple[int, int, int, int]:
     """``box`` rounded to whole pixels and clamped inside a ``width`` x ``height`` image, never empty.
 
     Halves round up, not to even: a box shifted by whole pixels (a region decode's offset) must round
@@ -113,7 +113,7 @@ def crop_resize_into(
     if out.dtype != np.uint8 or out.ndim != 3 or out.shape[2] != 3 or not out.flags.c_contiguous:
         raise ValueError(f"out must be a C-contiguous HxWx3 uint8 array, got {out.shape} {out.dtype}")
     out_h, out_w = out.shape[:2]
-    x0, y0, x1, y1 = _pixel_box(box, pixels.shape[1], pixels.shape[0])
+    x0, y0, x1, y1 = pixel_box(box, pixels.shape[1], pixels.shape[0])
     region = pixels[y0:y1, x0:x1]
     if (x1 - x0, y1 - y0) == (out_w, out_h):
         np.copyto(out, region)

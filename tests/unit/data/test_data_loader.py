@@ -297,3 +297,11 @@ def test_native_and_binding_paths_give_bit_identical_batches(indexed_pack: Path,
             assert len(native) == len(plain) > 0
             for (a, la), (b, lb) in zip(native, plain):
                 assert torch.equal(la, lb) and torch.equal(a, b), (root.name, options)
+    # Restart-coded (the default) and byte-for-byte packs hold the same coefficients: same batches.
+    monkeypatch.delenv(NATIVE_ENV, raising=False)
+    kept = pack(image_folder, tmp_path / "kept", restart_markers=False).path
+    coded_batches = list(ImageLoader(mixed, batch_size=4, size=40, workers=2, seed=3))
+    kept_batches = list(ImageLoader(kept, batch_size=4, size=40, workers=2, seed=3))
+    assert len(coded_batches) == len(kept_batches) > 0
+    for (a, la), (b, lb) in zip(coded_batches, kept_batches):
+        assert torch.equal(la, lb) and torch.equal(a, b)
