@@ -82,21 +82,9 @@ class Contender:
         }
 
 
-def _packed_with(dst: Path, options: dict[str, Any]) -> bool:
-    """True when ``dst`` holds a finished pack made with ``options`` (a cached pack of an older stave,
-    or with other options, is packed again rather than measured as if it were current)."""
-    import json
-
-    try:
-        recorded = json.loads((dst / "manifest.json").read_text()).get("options", {})
-    except (OSError, ValueError):
-        return False
-    return all(recorded.get(key) == value for key, value in options.items())
-
-
 def _prepare(args: argparse.Namespace, err: Console) -> dict[str, Any]:
     from stave.data.synth import make_image_folder
-    from stave.data.writer import pack
+    from stave.data.writer import pack, packed_with
 
     long_side = 250 if args.quick else 500
     tag = f"n{args.images}-c{args.classes}-s{args.seed}-l{long_side}"
@@ -111,7 +99,7 @@ def _prepare(args: argparse.Namespace, err: Console) -> dict[str, Any]:
     packs = {}
     for name, opts in (("full", {}), ("max256", {"max_side": MAX_SIDE_PX})):
         dst = root / f"packed-{name}"
-        if not _packed_with(dst, {"restart_markers": True, **opts}):
+        if not packed_with(dst, {"restart_markers": True, **opts}):
             err.print(f"stave pack {folder} {dst} {'--max-side 256' if opts else ''}", soft_wrap=True)
             pack(folder, dst, overwrite=True, **opts)
         packs[name] = dst

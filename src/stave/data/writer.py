@@ -177,6 +177,16 @@ def _encode_jpeg(pixels: np.ndarray, quality: int) -> bytes:
     return simplejpeg.encode_jpeg(np.ascontiguousarray(pixels), quality=quality, colorspace="RGB", colorsubsampling="420")
 
 
+def packed_with(dst: str | os.PathLike[str], options: dict[str, Any]) -> bool:
+    """True when ``dst`` holds a finished pack whose manifest records ``options`` (e.g. a cache check:
+    a pack made by an older stave, or with other options, is packed again rather than reused)."""
+    try:
+        recorded = json.loads((Path(dst) / fmt.MANIFEST_NAME).read_text()).get("options", {})
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(recorded, dict) and all(recorded.get(key) == value for key, value in options.items())
+
+
 def restart_coded(data: bytes, name: str = "JPEG") -> bytes:
     """``data`` losslessly re-coded with restart markers (see :mod:`stave.data.native`), or as it was.
 

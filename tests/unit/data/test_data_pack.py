@@ -148,3 +148,15 @@ def test_cli_pack_verify_and_bad_input(image_folder: Path, tmp_path: Path, capsy
     shard.write_bytes(shard.read_bytes()[:-3])
     assert main(["pack", "--verify", str(dst)]) == 2
     assert "truncated shard" in capsys.readouterr().err
+
+
+def test_packed_with_reads_the_options_a_pack_was_made_with(tmp_path: Path) -> None:
+    from stave.data.writer import packed_with
+
+    dst = pack(IndexedImages(4), tmp_path / "p", max_side=64).path
+    assert packed_with(dst, {"max_side": 64, "restart_markers": True})
+    assert not packed_with(dst, {"max_side": None})
+    assert not packed_with(tmp_path / "missing", {})
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / fmt.MANIFEST_NAME).write_text("[1, 2]")  # valid JSON, not a manifest
+    assert not packed_with(tmp_path / "bad", {})

@@ -50,6 +50,7 @@ def prepare(images: int, classes: int, seed: int = 0) -> tuple[Path, Path]:
     try:
         from stave.data import pack
         from stave.data.synth import make_image_folder
+        from stave.data.writer import packed_with
     except ImportError as exc:
         raise UsageError(f"the jpeg-resnet workload needs stave.data (generator and packer): {exc}") from exc
     root = cache_dir() / f"synth-{images}-{classes}-{seed}"
@@ -58,8 +59,9 @@ def prepare(images: int, classes: int, seed: int = 0) -> tuple[Path, Path]:
     if not done.exists():
         log.info("generating %d JPEGs in %s (once)", images, folder)
         make_image_folder(folder, images, classes, seed=seed, overwrite=True)
-        pack(folder, packed, overwrite=True)
         done.write_text("ok\n", encoding="utf-8")
+    if not packed_with(packed, {"restart_markers": True}):  # a pack by an older stave is redone
+        pack(folder, packed, overwrite=True)
     return folder, packed
 
 
