@@ -28,7 +28,9 @@ def run_doctor(case: PlantedCase, repo_root: Path, tmp_path: Path, python_exe: s
     # cores make every op wait for a preempted thread (THREAD_OVERSUBSCRIPTION's own mechanism),
     # slowing the small planted models tenfold and burying their planted cause. The oversubscription
     # script sets its thread count itself.
-    env = {**env, "OMP_NUM_THREADS": "1"}
+    # No GPU either: the planted causes and their expected ranking are the CPU mechanisms (on an H100
+    # the tiny-batch script's NO_COMPILE estimate edges past SMALL_BATCH: launch overhead dominates).
+    env = {**env, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     # The script runs as many steps as the doctor measures (its own default may be fewer), so the
     # stack samples behind a line-level finding are enough on a fast machine too.
     out = tmp_path / f"{case.name}.json"

@@ -24,7 +24,8 @@ from stave.bench.rungs import Plan, Rung, plan_autocast, plan_batch_size, plan_c
 from stave.bench.session import Window
 from stave.bench.settings import RunConfig
 
-OPTIONS = LadderOptions(quick=True, timing=TimingPlan(warmup_steps=1, pairs=3, max_pairs=3, min_steps=1, min_s=0.0))
+# The rung plans tested here are the CPU ones (on a GPU the batch rung probes memory instead).
+OPTIONS = LadderOptions(quick=True, device="cpu", timing=TimingPlan(warmup_steps=1, pairs=3, max_pairs=3, min_steps=1, min_s=0.0))
 
 
 def patch_speed(monkeypatch: pytest.MonkeyPatch, speed) -> None:

@@ -87,9 +87,9 @@ def test_default_rungs_follow_the_issue_order_with_custom_loaders_after_uint8() 
         "batch_size_again",
         "optimizer",
         "compile",
-        "input_again",
         "cuda_graphs",
         "cudnn_benchmark",
+        "input_again",
     ]
 
 
@@ -114,5 +114,12 @@ def test_input_pipeline_is_retried_only_when_the_faster_step_waits_for_data(monk
     assert plan.mode == "best"
     assert [c[1].get("num_workers", c[1].get("loader")) for c in plan.candidates] == [1, "fast"]
     assert "under 5%" in R.plan_input_again(ctx_with(0.02), faster).skip
-    # Nothing kept after the pipeline rungs: the pipeline was already judged on this configuration.
-    assert "nothing changed" in R.plan_input_again(context(spec), base).skip
+    # Nothing kept at all: the pipeline was already judged on this configuration.
+    assert "no rung was kept" in R.plan_input_again(context(spec), base).skip
+    # A batch-size rung kept after the workers rung multiplies the loading per step: retried too.
+    bigger = RunConfig(1024)
+    ctx = context(spec)
+    ctx.results["workers"] = RungResult("workers", "w", REVERTED, "no gain")
+    kept = Trial("batch 1024", {"batch_size": 1024}, bigger, data_wait_share=0.93)
+    ctx.results["batch_size"] = RungResult("batch_size", "b", KEPT, "1.3x", [kept], kept)
+    assert R.plan_input_again(ctx, bigger).mode == "best"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -10,10 +11,15 @@ import torch
 
 from conftest import IMAGES, big_photo_jpeg
 
-from stave.data import DeviceLoader, ImageLoader, PackedDataset
+from stave.data import DeviceLoader, PackedDataset
+from stave.data import ImageLoader as _ImageLoader
 from stave.data.crop import random_resized_crop_boxes
 from stave.data.order import OrderSpec, epoch_permutation, rank_indices
 from stave.errors import UsageError
+
+# These tests check the host path (buffers, normalization, order); on a machine with a GPU the
+# loader's default device would be cuda. The cuda-marked tests pass device="cuda" themselves.
+ImageLoader = functools.partial(_ImageLoader, device="cpu")
 
 
 def labels_of(loader) -> list[int]:

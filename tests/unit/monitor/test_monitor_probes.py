@@ -74,7 +74,7 @@ def test_a_probe_that_cannot_fit_its_budget_is_left_out() -> None:
 
     deadline = time.perf_counter() + 0.1  # MIN_PAIRS pairs of 0.05 s calls cannot fit
     assert probes._interleaved_ratio((1,), lambda size: (slow, slow), torch.device("cpu"), deadline) is None
-    assert len(slow_calls) == 2  # only the warm-up ran
+    assert len(slow_calls) == 4  # only the start-up and the per-call warm-up ran
 
 
 def test_interleaved_ratio_measures_the_ratio() -> None:
