@@ -272,8 +272,8 @@ def default_rungs(spec: JobSpec) -> list[Rung]:
         Rung("compile", "torch.compile", plan_compile),
         Rung("cuda_graphs", "CUDA graphs", plan_cuda_graphs),
         Rung("cudnn_benchmark", "cudnn.benchmark", plan_cudnn_benchmark),
-        # Last: every compute rung above shrinks the step (CUDA graphs by 1.3x on an H100 in the
-        # seed workload), so only now does the pipeline face the final step time.
+        # Last: every compute rung above shrinks the step (CUDA graphs by 1.3x in a --quick seed
+        # ladder on an H100), so only now does the pipeline face the final step time.
         Rung("input_again", "input pipeline again", plan_input_again),
     ]
     return rungs

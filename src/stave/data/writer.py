@@ -59,7 +59,8 @@ _PACK_RESAMPLE = Image.Resampling.LANCZOS
 # Restart interval width: a crop's decode rounds out to whole intervals, so narrower wastes less decode
 # at the edges; but each marker costs ~4 bytes and makes libjpeg-turbo leave its fast Huffman path for
 # the rest of the interval. 32 px (2 MCUs at 4:2:0) decoded random crops fastest on the benchmark's
-# photos (16, 32, 64, 128 px measured) and the optimized Huffman tables pay for the markers (+0.5% size).
+# photos (32, 64, 128 px timed; 16 px grows files by 2.7%) and the optimized Huffman tables pay for the
+# markers (+0.5% size).
 RESTART_INTERVAL_PX = 32
 # A transcode that grew the file by more than this is not stored (it never did on real photos).
 _MAX_RESTART_GROWTH = 1.1
