@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import Any, Sequence
 
 from stave.cli.common import add_report_options, check_outputs, fails_on
 from stave.errors import UsageError
@@ -74,6 +74,14 @@ def add_doctor_options(p: argparse.ArgumentParser) -> None:
                    help="capture a torch.profiler trace of N steps after warm-up and add its analysis")
     p.add_argument("--no-probes", action="store_true",
                    help="skip the short bf16/thread/op-overhead probes run after the script ends")
+
+
+def misplaced_options(script_args: Sequence[str]) -> list[str]:
+    """The doctor's own option names among the script's arguments (``stave doctor train.py --json x``)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_doctor_options(parser)
+    known = set(parser._option_string_actions)
+    return [tok.split("=", 1)[0] for tok in script_args if tok.split("=", 1)[0] in known]
 
 
 def _target_from(args: argparse.Namespace) -> Any:
@@ -150,6 +158,12 @@ def run_doctor(target: Any, args: argparse.Namespace) -> int:
     record.run.error = outcome.error
     if not quiet:
         err.print(f"stave doctor: script ended ({_ending(outcome)}); analyzing {len(record.steps)} steps", highlight=False)
+        misplaced = misplaced_options(target.args) if outcome.exit_code == 2 else []
+        if misplaced:
+            # Exit code 2 is argparse's "unrecognized arguments": most likely the doctor's own
+            # options were written after the script, where they belong to the script.
+            err.print(f"stave doctor: {', '.join(misplaced)} went to the script; the doctor's options go before it: "
+                      f"stave doctor {misplaced[0]} ... {target.name}", highlight=False)
     result = diagnose_records([record])
     if session.profile_trace_path:
         _fold_trace(result, session.profile_trace_path)

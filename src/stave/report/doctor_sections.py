@@ -100,8 +100,10 @@ def summary_section(summary: StepSummary, record: RunRecord | None,
             "min": summary.step_time_min_s if counted else None,
             "max": summary.step_time_max_s if counted else None,
         },
-        "samples_per_step": summary.samples_per_step if counted else None,
-        "samples_per_s": summary.samples_per_s if counted else None,
+        # Samples are counted from DataLoader batches; a loop that slices its own tensors has none,
+        # and "0 samples/s" would read as a measurement.
+        "samples_per_step": summary.samples_per_step if counted and summary.samples_per_step > 0 else None,
+        "samples_per_s": summary.samples_per_s if counted and summary.samples_per_step > 0 else None,
         "breakdown": {p: (summary.breakdown.get(p, 0.0) if counted else None) for p in PHASES},
         "phase_s": {
             p: {

@@ -28,6 +28,7 @@ from stave.report.units import (
     fmt_rate,
     fmt_seconds,
     fmt_share,
+    fmt_throughput,
     fmt_us,
     sig,
 )
@@ -74,8 +75,8 @@ def step_time_html(report: dict[str, Any]) -> str:
         return hp.section("Step time", "<p>No step was counted: there is no step time to break down.</p>")
     st = summary["step_time_s"]
     stats = (f"<p>median {hp.esc(fmt_seconds(st['median']))} · p90 {hp.esc(fmt_seconds(st['p90']))} · "
-             f"mean {hp.esc(fmt_seconds(st['mean']))} · {hp.esc(fmt_rate(summary['samples_per_s'], ' samples/s'))}"
-             f" ({hp.esc(fmt_rate(summary['samples_per_step'], ''))} per step)</p>")
+             f"mean {hp.esc(fmt_seconds(st['mean']))} · "
+             f"{hp.esc(fmt_throughput(summary['samples_per_s'], summary['samples_per_step']))}</p>")
     parts = [(f"{PHASE_LABELS[p]} {fmt_share(summary['breakdown'][p])}", summary["breakdown"][p] or 0.0,
               PHASE_COLORS[p]) for p in PHASES]
     rows = [(PHASE_LABELS[p], fmt_share(summary["breakdown"][p]), fmt_ms(summary["phase_s"][p]["mean"]),

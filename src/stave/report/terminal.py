@@ -25,7 +25,7 @@ from stave.report.doctor_json import doctor_json
 from stave.report.findings_view import findings_renderable
 from stave.report.hooks import trace_renderer
 from stave.report.palette import PHASE_COLORS, PHASE_LABELS
-from stave.report.units import fmt_bar, fmt_ms, fmt_rate, fmt_seconds, fmt_share
+from stave.report.units import fmt_bar, fmt_ms, fmt_seconds, fmt_share, fmt_throughput
 
 # Width of the per-phase bars: a 100% phase fills this many cells, which leaves room for the
 # phase name, share and time on an 80-column terminal.
@@ -86,7 +86,7 @@ def step_time(summary: dict[str, Any]) -> RenderableType:
         return Text("no step was counted: there is no step time to break down")
     head = Text(
         f"median {fmt_seconds(st['median'])} · p90 {fmt_seconds(st['p90'])} · mean {fmt_seconds(st['mean'])} · "
-        f"{fmt_rate(summary['samples_per_s'], ' samples/s')} ({fmt_rate(summary['samples_per_step'], '')} per step)"
+        f"{fmt_throughput(summary['samples_per_s'], summary['samples_per_step'])}"
     )
     table = Table.grid(padding=(0, 2))
     table.add_column(no_wrap=True)

@@ -99,6 +99,13 @@ def fmt_rate(value: float | None, unit: str = "/s") -> str:
     return f"{sig(value)}{unit}"
 
 
+def fmt_throughput(samples_per_s: float | None, samples_per_step: float | None) -> str:
+    """"243 samples/s (32 per step)", or why there is no sample count (no DataLoader batch was seen)."""
+    if _absent(samples_per_s) or _absent(samples_per_step):
+        return "samples/s not known (no DataLoader batch seen)"
+    return f"{fmt_rate(samples_per_s, ' samples/s')} ({fmt_rate(samples_per_step, '')} per step)"
+
+
 def fmt_pct(value_pct: float | None) -> str:
     """A percentage already on the 0-100 scale (CPU %, GPU utilization): "45%", "3.2%"."""
     if _absent(value_pct):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stave.cli import _split_script_args, build_parser
-from stave.cli.doctor import _target_from
+from stave.cli.doctor import _target_from, misplaced_options
 
 
 def _parse(argv: list[str]):
@@ -32,3 +32,11 @@ def test_missing_script_is_a_usage_error() -> None:
 
     with pytest.raises(UsageError):
         _target_from(_parse(["doctor", "--steps", "3"]))
+
+
+def test_doctor_options_after_the_script_are_named() -> None:
+    # They reach the script (whose argparse then exits 2); the doctor names them in its hint.
+    target = _target_from(_parse(["doctor", "train.py", "--lr", "0.1", "--json=r.json", "--html", "r.html"]))
+    assert target.args == ("--lr", "0.1", "--json=r.json", "--html", "r.html")
+    assert misplaced_options(target.args) == ["--json", "--html"]
+    assert misplaced_options(("--lr", "0.1", "--epochs", "3")) == []

@@ -16,6 +16,7 @@ from rich.console import Console
 
 from stave.analyze.result import DoctorResult
 from stave.report import hooks
+from stave.report.doctor_json import doctor_json, validate_doctor_json
 from stave.report.terminal import render_doctor
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -109,3 +110,17 @@ def test_a_trace_without_renderer_is_noted_not_guessed(single_result: DoctorResu
     text = render(single_result)
     assert "Profiler trace" not in text
     assert "no report section for it is installed" in text
+
+
+def test_a_loop_without_dataloader_has_no_sample_rate(single_result: DoctorResult) -> None:
+    # nanoGPT-style loops slice their own tensors: no batch was counted, so no rate is claimed.
+    for step in single_result.record.steps:
+        step.samples = 0
+    single_result.summary.samples_per_step = single_result.summary.samples_per_s = 0.0
+    text = render(single_result)
+    assert "samples/s not known (no DataLoader batch seen)" in text
+    assert "0 samples/s" not in text
+    summary = doctor_json(single_result)["summary"]
+    assert summary["samples_per_s"] is None and summary["samples_per_step"] is None
+    assert summary["step_time_s"]["median"] > 0
+    validate_doctor_json(doctor_json(single_result))
