@@ -13,6 +13,7 @@ host until the device catches up, so the step has none except where fp16 needs o
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 from typing import Any, Callable
 
@@ -118,6 +119,11 @@ class TrainStep:
             # Captured on the first real batch: the graph replays these shapes only.
             self.forward = dev.make_graphed_module(self.model, inputs)
             self._graphed = True
+            # The capture's warm-up leaves reference cycles that hold CUDA tensors. Collected later
+            # inside a DataLoader worker forked meanwhile, they would be freed by the child, whose
+            # CUDA calls fail ("CUDA error: initialization error", seen on an H100): collect them
+            # here, in the process that owns them.
+            gc.collect()
         return train_step(
             self.forward,
             self.optimizer,

@@ -135,3 +135,24 @@ def test_cuda_graphs_and_cudnn_benchmark_on_a_gpu() -> None:
     losses = [step(x.cuda(), y.cuda()) for _ in range(3)]
     assert torch.isfinite(torch.stack(losses)).all()
     assert torch.backends.cudnn.benchmark
+
+
+def _collect_in_worker(_: int) -> None:
+    import gc
+
+    gc.collect()  # frees, in the child, any inherited garbage: a CUDA tensor there would fail
+
+
+@pytest.mark.cuda
+def test_workers_forked_after_a_cuda_graph_capture_survive() -> None:
+    # The H100 ladder's fault: a worker forked after the capture freed an inherited CUDA tensor.
+    step = build_step(tiny_net(), sgd, nn.CrossEntropyLoss(), TrainConfig(cuda_graphs=True), "cuda")
+    x, y = batch()
+    data = torch.utils.data.TensorDataset(x.repeat(4, 1, 1, 1), y.repeat(4))
+    loader = torch.utils.data.DataLoader(data, batch_size=len(x), num_workers=2, drop_last=True,
+                                         multiprocessing_context="fork", worker_init_fn=_collect_in_worker)
+    losses = []
+    for _ in range(2):  # the second epoch forks new workers after the capture
+        for images, labels in loader:
+            losses.append(step(images.cuda(), labels.cuda()))
+    assert len(losses) == 8 and torch.isfinite(torch.stack(losses)).all()
