@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 # Spans kept for the --timeline output; older ones are dropped (a long run would otherwise grow
 # without bound). 200k spans is a few hours of a typical loop and ~20 MB.
 MAX_TIMELINE_SPANS = 200_000
+# Phases that may run inside ``optimizer.step(closure)`` and are counted as themselves.
+CLOSURE_PHASES = ("forward", "backward")
 
 
 @dataclass
@@ -67,6 +69,7 @@ class StepTracker:
         self._active_start: Mark | None = None
         self._active_samples = 0
         self._active_bytes = 0
+        self._suspended: str | None = None
         self._spans: list[_Span] = []
         self._step_start: Mark = clock.mark()
         self._pending: list[_PendingStep] = []
@@ -84,9 +87,19 @@ class StepTracker:
         return self.step_index, self.active or "other"
 
     def enter(self, phase: str) -> bool:
-        """Start ``phase`` if the main thread is in no phase; returns whether this call owns it."""
-        if self.active is not None or threading.get_ident() != self.main_thread_id:
+        """Start ``phase`` if the main thread is in no phase; returns whether this call owns it.
+
+        Forward and backward may also interrupt the optimizer phase: ``optimizer.step(closure)``
+        (LBFGS, PyTorch Lightning's automatic optimization) runs the model inside the step, and
+        that time is the model's, not the optimizer's. The optimizer phase resumes when they end.
+        """
+        if threading.get_ident() != self.main_thread_id:
             return False
+        if self.active is not None:
+            if self.active != "optimizer" or phase not in CLOSURE_PHASES or self._suspended is not None:
+                return False
+            self._suspended = self.active
+            self.exit(True)
         self.active = phase
         self._active_start = self.clock.mark()
         self._active_samples = 0
@@ -109,6 +122,12 @@ class StepTracker:
         self._spans.append(span)
         self.active = None
         self._active_start = None
+        if self._suspended is not None and span.phase != self._suspended:
+            # The closure's forward/backward ended: the optimizer step goes on from here.
+            self.active, self._suspended = self._suspended, None
+            self._active_start = end
+            self._active_samples = 0
+            self._active_bytes = 0
 
     # --- optimizer boundaries -------------------------------------------------------------------
 

@@ -111,3 +111,41 @@ def test_other_threads_do_not_open_phases() -> None:
     t.join()
     assert result == [False]
     assert tr.active is None
+
+
+def test_a_closure_inside_optimizer_step_counts_as_forward_and_backward() -> None:
+    # optimizer.step(closure): LBFGS, and Lightning's automatic optimization.
+    tr = StepTracker(FakeClock())
+    for _ in range(3):
+        tr.optimizer_pre(1)
+        opt = tr.enter("optimizer")
+        assert tr.enter("optimizer") is False  # zero_grad inside the closure stays in the step
+        for _evaluation in range(2):  # LBFGS evaluates the closure more than once
+            fwd = tr.enter("forward")
+            assert fwd is True and tr.active == "forward"
+            assert tr.enter("backward") is False  # nothing nests inside the closure's phases
+            tr.exit(fwd)
+            assert tr.active == "optimizer"
+            bwd = tr.enter("backward")
+            tr.exit(bwd)
+        tr.exit(opt)
+        assert tr.active is None
+        tr.optimizer_post(1)
+    tr.finish()
+    assert len(tr.steps) == 3
+    for s in tr.steps:
+        assert s.forward_calls == 2 and s.backward_calls == 2
+        assert s.forward_ns > 0 and s.backward_ns > 0 and s.optimizer_ns > 0
+        measured = s.data_wait_ns + s.h2d_ns + s.forward_ns + s.backward_ns + s.optimizer_ns
+        assert measured + s.other_ns == s.duration_ns
+
+
+def test_only_forward_and_backward_interrupt_the_optimizer() -> None:
+    tr = StepTracker(FakeClock())
+    opt = tr.enter("optimizer")
+    assert tr.enter("data_wait") is False and tr.enter("h2d") is False
+    assert tr.active == "optimizer"
+    tr.exit(opt)
+    fwd = tr.enter("forward")
+    assert tr.enter("backward") is False  # forward is not interruptible
+    tr.exit(fwd)
