@@ -185,7 +185,9 @@ class DoctorSession:
         if index == self.warmup - 1 and self._profile is None:
             from stave.trace.profile_window import ProfileWindow
 
-            out_dir = os.path.join(self._stats_dir, "profile")
+            # Its own directory: the stats directory is removed at stop(), before the caller reads
+            # the trace, and the user keeps the raw trace to open in Perfetto or `stave trace`.
+            out_dir = tempfile.mkdtemp(prefix="stave-profile-")
             self._profile = ProfileWindow(out_dir, n)
             self._profile.start()
         elif self._profile is not None:

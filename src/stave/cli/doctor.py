@@ -126,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
 def run_doctor(target: Any, args: argparse.Namespace) -> int:
     """Measure ``target``, diagnose, render and write; returns the exit code."""
     from rich.console import Console
+    from rich.markup import escape
 
     from stave.capture.runner import run_target
     from stave.capture.session import DoctorOptions, DoctorSession, StopRun
@@ -145,7 +146,9 @@ def run_doctor(target: Any, args: argparse.Namespace) -> int:
     progress = _Progress(err) if not quiet else None
     session = DoctorSession(options, run_info, on_step=progress)
     if not quiet:
-        err.print(f"[bold]stave doctor[/]: running {target.name} {' '.join(target.args)}".rstrip(), highlight=False)
+        # The script's name and arguments are the user's: escaped, so "[/x]" or "[red]" print as typed.
+        command = escape(f"{target.name} {' '.join(target.args)}".rstrip())
+        err.print(f"[bold]stave doctor[/]: running {command}", highlight=False, soft_wrap=True)
     session.start()
     try:
         outcome = run_target(target, StopRun)
@@ -157,16 +160,20 @@ def run_doctor(target: Any, args: argparse.Namespace) -> int:
     record.run.stopped_by = outcome.stopped_by
     record.run.error = outcome.error
     if not quiet:
-        err.print(f"stave doctor: script ended ({_ending(outcome)}); analyzing {len(record.steps)} steps", highlight=False)
+        err.print(f"stave doctor: script ended ({_ending(outcome)}); analyzing {len(record.steps)} steps", highlight=False,
+                  soft_wrap=True)
         misplaced = misplaced_options(target.args) if outcome.exit_code == 2 else []
         if misplaced:
             # Exit code 2 is argparse's "unrecognized arguments": most likely the doctor's own
             # options were written after the script, where they belong to the script.
-            err.print(f"stave doctor: {', '.join(misplaced)} went to the script; the doctor's options go before it: "
-                      f"stave doctor {misplaced[0]} ... {target.name}", highlight=False)
+            err.print(escape(f"stave doctor: {', '.join(misplaced)} went to the script; the doctor's options go "
+                             f"before it: stave doctor {misplaced[0]} ... {target.name}"), highlight=False, soft_wrap=True)
     result = diagnose_records([record])
     if session.profile_trace_path:
         _fold_trace(result, session.profile_trace_path)
+        if not quiet:
+            err.print(f"stave doctor: profiler trace of {args.profile_steps} steps kept at {escape(session.profile_trace_path)} "
+                      "(ui.perfetto.dev, or stave trace PATH)", highlight=False, soft_wrap=True)
     show_and_write(result, json_path=args.json, html_path=args.html, timeline_path=args.timeline,
                    flamegraph_path=args.flamegraph, quiet=quiet)
     if outcome.exit_code != 0:

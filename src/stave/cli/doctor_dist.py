@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from stave.cli.common import check_outputs, fails_on
 from stave.errors import UsageError
@@ -266,15 +267,16 @@ def _rank(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     quiet = bool(args.quiet)
     if env.rank == 0 and not quiet and not env.launch_id:  # under stave's launcher, it speaks
-        err.print(f"[bold]stave doctor[/]: rank 0 of {env.world_size}: running {target.name} "
-                  f"{' '.join(target.args)}; records in {run_dir}".rstrip(), highlight=False)
+        command = escape(f"{target.name} {' '.join(target.args)}".rstrip())  # the user's text, not markup
+        err.print(f"[bold]stave doctor[/]: rank 0 of {env.world_size}: running {command}; records in "
+                  f"{escape(str(run_dir))}", highlight=False, soft_wrap=True)
     progress = _Progress(err) if env.rank == 0 and not quiet else None
     run = run_rank(target, env, run_dir, steps=args.steps, warmup=args.warmup, probes=not args.no_probes,
                    record_interval_s=args.record_interval, on_step=progress)
     if not merging:
         if not quiet and not env.launch_id:  # under stave's own launcher the launcher reports
-            err.print(f"stave doctor: rank {env.rank}: {len(run.record.steps)} steps recorded in {run.record_path}",
-                      highlight=False)
+            err.print(f"stave doctor: rank {env.rank}: {len(run.record.steps)} steps recorded in {escape(str(run.record_path))}",
+                      highlight=False, soft_wrap=True)
         return run.outcome.exit_code
     if not quiet:
         err.print(f"stave doctor: rank 0 done ({len(run.record.steps)} steps); waiting for the other ranks' records",

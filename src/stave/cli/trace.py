@@ -31,6 +31,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Analyse, render, write; returns the exit code."""
     from rich.console import Console
+    from rich.markup import escape
 
     from stave.files import atomic_write_json, atomic_write_text
     from stave.trace.report import analyze_paths
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
     def progress(i: int, n: int, path: Path) -> None:
         if show_progress:
-            err.print(f"[dim]stave trace: reading {path} ({i + 1}/{n})[/]", highlight=False)
+            err.print(f"[dim]stave trace: reading {escape(str(path))} ({i + 1}/{n})[/]", highlight=False, soft_wrap=True)
 
     report = analyze_paths(args.paths, progress=progress)
     for skipped in report.skipped:

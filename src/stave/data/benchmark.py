@@ -91,7 +91,7 @@ def _prepare(args: argparse.Namespace, err: Console) -> dict[str, Any]:
     root = args.workdir / tag
     folder = root / "jpeg"
     if not (root / "jpeg.done").exists():
-        err.print(f"generating {args.images} JPEGs in {folder} ...")
+        err.print(f"generating {args.images} JPEGs in {folder} ...", markup=False)
         make_image_folder(folder, args.images, args.classes, seed=args.seed, long_side=long_side, overwrite=True)
         (root / "jpeg.done").write_text("ok\n")
     files = sorted(folder.rglob("*.jpg"))
@@ -100,7 +100,7 @@ def _prepare(args: argparse.Namespace, err: Console) -> dict[str, Any]:
     for name, opts in (("full", {}), ("max256", {"max_side": MAX_SIDE_PX})):
         dst = root / f"packed-{name}"
         if not packed_with(dst, {"restart_markers": True, **opts}):
-            err.print(f"stave pack {folder} {dst} {'--max-side 256' if opts else ''}", soft_wrap=True)
+            err.print(f"stave pack {folder} {dst} {'--max-side 256' if opts else ''}", soft_wrap=True, markup=False)
             pack(folder, dst, overwrite=True, **opts)
         packs[name] = dst
     small = root / "jpeg32"
@@ -117,7 +117,7 @@ def _prepare(args: argparse.Namespace, err: Console) -> dict[str, Any]:
         (root / "jpeg32.done").write_text("ok\n")
     raw = root / "packed-raw32"
     if not (raw / "manifest.json").exists():
-        err.print(f"stave pack {small} {raw} --raw", soft_wrap=True)
+        err.print(f"stave pack {small} {raw} --raw", soft_wrap=True, markup=False)
         pack(small, raw, raw=True, overwrite=True)
     stores = bp.write_stores(files, labels, root)
     mean_bytes = float(np.mean([f.stat().st_size for f in files]))

@@ -143,3 +143,33 @@ def test_module_mode(tmp_path: Path, stave_env: dict[str, str], train_script: Pa
     proc = run_stave(["doctor", "--quiet", "--json", str(tmp_path / "r.json"), "-m", "pkg_train", "--steps", "8"], env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "r.json").read_text())["summary"]["steps"] >= 1
+
+
+def test_profile_steps_folds_the_trace_and_keeps_it(train_script: Path, tmp_path: Path, stave_env: dict[str, str], run_stave) -> None:
+    env = dict(stave_env, TMPDIR=str(tmp_path))  # the kept trace lands under tmp_path
+    out = tmp_path / "report.json"
+    proc = run_stave(["doctor", "--no-probes", "--profile-steps", "2", "--json", str(out),
+                      str(train_script), "--steps", "12"], env)
+    assert proc.returncode == 0, proc.stderr
+    assert "could not be analysed" not in proc.stderr
+    report = json.loads(out.read_text())
+    from stave.report.doctor_json import validate_doctor_json
+
+    validate_doctor_json(report)
+    assert report["trace"] is not None and report["trace"]["schema"] == "stave.trace/1"
+    (trace,) = report["trace"]["traces"]
+    assert trace["steps_marked"] and trace["step_count"] >= 1
+    assert sum(s["parts_s"].get("forward", 0) for s in report["trace"]["steps"]) > 0
+    kept = list(tmp_path.glob("stave-profile-*/profile.pt.trace.json.gz"))
+    assert len(kept) == 1 and kept[0].stat().st_size > 0
+    assert f"kept at {kept[0]} " in proc.stderr  # one unbroken path, to copy
+
+
+def test_markup_in_script_arguments_is_printed_as_typed(train_script: Path, tmp_path: Path, stave_env: dict[str, str], run_stave) -> None:
+    # A path argument that reads as rich markup (a closing tag) once crashed the "running ..." line.
+    (tmp_path / "[").mkdir()
+    losses = tmp_path / "[" / "red]"
+    proc = run_stave(["doctor", "--no-probes", str(train_script), "--steps", "6", "--losses", str(losses)], stave_env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"--losses {losses}" in proc.stderr and "internal error" not in proc.stderr
+    assert losses.exists()
