@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from stave import device as dev
@@ -38,14 +39,51 @@ class Peak:
     source: str
 
 
-def step_flops(model: torch.nn.Module, loss_fn: Any, inputs: Any, targets: torch.Tensor, precision: str) -> int:
+# Name fragments of aten ops that do dense matmul work inside one kernel (recurrent layers: oneDNN's
+# mkldnn_rnn_layer on CPU, cuDNN's _cudnn_rnn, the fused cells; integer matmuls). When one of them
+# runs and the counter has no formula for it, the FLOP total misses that work: MFU would be far too
+# low, so it is reported as unknown instead.
+DENSE_OP_FRAGMENTS = ("rnn", "lstm", "gru", "_int_mm", "int4pack_mm", "int8pack_mm")
+
+
+class _OpNames(TorchDispatchMode):
+    """Collects the aten op packets a region runs (nested inside the FLOP counter)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.packets: set[Any] = set()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.packets.add(func.overloadpacket)
+        return func(*args, **(kwargs or {}))
+
+
+@dataclass(frozen=True)
+class StepFlops:
+    """FLOPs of one forward + backward, and the dense ops they leave out (``uncounted_ops``)."""
+
+    flops: int
+    uncounted_ops: tuple[str, ...] = ()
+
+
+def uncounted_dense_ops(packets: Any, registry: Any) -> tuple[str, ...]:
+    """Names of the ops in ``packets`` that do dense matmul work but have no formula in ``registry``."""
+    names = set()
+    for packet in packets:
+        name = str(getattr(packet, "__name__", packet))
+        if packet not in registry and any(fragment in name for fragment in DENSE_OP_FRAGMENTS):
+            names.add(f"aten.{name}")
+    return tuple(sorted(names))
+
+
+def step_flops(model: torch.nn.Module, loss_fn: Any, inputs: Any, targets: torch.Tensor, precision: str) -> StepFlops:
     """FLOPs of one forward + backward on this batch (gradients are discarded afterwards)."""
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False) as counter, _OpNames() as seen:
         with autocast_context(targets.device.type, precision):
             loss = loss_fn(model(inputs), targets)
         loss.backward()
     model.zero_grad(set_to_none=True)
-    return int(counter.get_total_flops())
+    return StepFlops(int(counter.get_total_flops()), uncounted_dense_ops(seen.packets, counter.flop_registry))
 
 
 @functools.lru_cache(maxsize=4)

@@ -225,3 +225,36 @@ def test_dataloader_snippet_keeps_user_settings():
     assert "batch_size=32" in text and "shuffle=True" in text and "num_workers=6" in text
     assert "pin_memory=True" in text and "drop_last=True" in text and "'spawn'" in text
     assert "persistent_workers" not in dataloader_call(healthy_loader(num_workers=0, persistent_workers=False))
+
+
+def in_memory_record(wall_us: float = 12.0, opens: float | None = 0.0, batch_size: int | None = BATCH):
+    """A TensorDataset in the main process: 12 µs of per-item Python a sample, no file opened."""
+    per_step_ms = wall_us * BATCH / 1e3
+    steps = make_steps(lambda i: {"data_wait": per_step_ms, "forward": 0.1, "backward": 0.12, "optimizer": 0.05,
+                                  "other": 0.05})
+    stages = {"load": (wall_us * 0.85, wall_us * 0.85), "collate": (wall_us * 0.15, wall_us * 0.15)}
+    loader = dataclasses.replace(healthy_loader(num_workers=0, persistent_workers=False, prefetch_factor=None),
+                                 batch_size=batch_size, dataset_type="TensorDataset")
+    return healthy_record(
+        steps=steps,
+        config=healthy_config(loaders=[loader]),
+        host=host_series(steps, cpu_main_pct=100.0, cpu_system_pct=50.0),
+        workers=[worker(-1, STEPS * BATCH, wall_us, wall_us, stages=stages, opens=opens, read_calls=0.0,
+                        read_chars=0.0)],
+    )
+
+
+def test_per_item_overhead_suggests_whole_batch_indexing_not_workers():
+    f = run_rule("DATA_CPU_BOUND", in_memory_record())
+    assert f is not None
+    assert "BatchSampler(RandomSampler(dataset)" in f.fix and "batch_size=None" in f.fix
+    assert "num_workers" not in f.fix and "suggested_workers" not in f.evidence
+    # Upper bound: the loading gone, the step is its compute.
+    assert 1.5 < f.est_speedup <= (0.384 + 0.32) / 0.32 + 1e-6
+
+
+def test_costly_or_file_backed_samples_still_get_workers():
+    for rec in (in_memory_record(wall_us=200.0), in_memory_record(opens=1.0)):
+        f = run_rule("DATA_CPU_BOUND", rec)
+        assert f is not None and "BatchSampler" not in f.fix
+        assert "num_workers=2" in f.fix

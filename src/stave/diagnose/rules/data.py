@@ -20,6 +20,7 @@ from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
 from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, dataloader_call, make_finding, phase_lines
+from stave.measure.config import LoaderInfo
 
 # Hiding a wait shorter than a tenth of the step cannot reach the 1.1x warning level.
 DATA_WAIT_MIN_SHARE = 0.10
@@ -32,6 +33,11 @@ IO_WORKERS_PER_CORE = 4
 # One worker beyond the break-even count absorbs batch-to-batch jitter, which otherwise surfaces
 # as wait whenever one batch is slower than the compute it hides behind.
 WORKER_SPARE = 1
+# A map-style fetch costs Python a __getitem__ call, a tuple and a per-sample collate (about
+# 5-20 µs a sample). A sample whose whole loading takes less than this is in memory already: its
+# cost is that per-item overhead, which whole-batch indexing removes; worker processes would add
+# their per-batch transfer (pickling through shared memory, 0.1-1 ms) to it instead.
+PER_ITEM_MAX_S = 50e-6
 
 
 def _needed_workers(lb: LoadingBound) -> int:
@@ -158,6 +164,28 @@ def _stage_advice(stage: StageCost) -> str:
     )
 
 
+def _per_item_bound(lb: LoadingBound) -> bool:
+    """Loading is per-item Python overhead on samples already in memory (no files opened per sample)."""
+    pipe = lb.pipeline
+    return (
+        pipe.wall_s_per_sample < PER_ITEM_MAX_S
+        and (pipe.loader.batch_size or 0) > 1
+        and not pipe.loader.iterable_dataset
+        and (pipe.opens_per_sample is None or pipe.opens_per_sample < 0.01)
+    )
+
+
+def _batched_fetch_fix(loader: LoaderInfo) -> str:
+    sampler = "RandomSampler(dataset)" if loader.sampler_type == "RandomSampler" else "SequentialSampler(dataset)"
+    return (
+        "# The samples are in memory: fetch each batch with one index instead of one __getitem__ per sample.\n"
+        "# TensorDataset takes a list of indices as is; your own dataset's __getitem__ must accept one too.\n"
+        f"from torch.utils.data import BatchSampler, {sampler.split('(')[0]}\n"
+        f"sampler = BatchSampler({sampler}, batch_size={loader.batch_size}, drop_last={loader.drop_last})\n"
+        "loader = DataLoader(dataset, batch_size=None, sampler=sampler)  # batch_size=None: no per-sample collate\n"
+    )
+
+
 @rule("DATA_CPU_BOUND", kind="doctor")
 def data_cpu_bound(inp: DoctorInput) -> Finding | None:
     """The step waits for data while the loading is CPU work (or queues for a busy machine's cores)."""
@@ -181,7 +209,14 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
     if top is not None:
         stage_line = f"# The most expensive stage is {top.name} ({top.share:.0%} of loading): {_stage_advice(top)}.\n"
     workers = min(max(_needed_workers(lb), lb.workers + 1), lb.cores)
-    if workers > lb.workers:
+    if _per_item_bound(lb):
+        # Whole batches by one index: the per-item overhead goes; the estimate takes all of the
+        # loading away (an upper bound: the gather of a batch of rows is left).
+        load_wall, load_cpu, loaders = 0.0, 0.0, lb.workers
+        evidence["per_item_max_s"] = PER_ITEM_MAX_S
+        fix = _batched_fetch_fix(pipe.loader)
+        how = "with whole-batch indexing, if the loading then cost nothing (an upper bound)"
+    elif workers > lb.workers:
         load_wall, load_cpu, loaders = lb.load_wall_s, lb.load_cpu_s, workers
         evidence["suggested_workers"] = workers
         fix = (
