@@ -104,7 +104,9 @@ def summary_lines(result: LadderResult) -> list[str]:
             f"({mfu['final_peak_dtype']} peak; {mfu['peak_source']})"
         )
     elif mfu.get("uncounted_ops"):
-        lines.append(f"MFU: not known ({', '.join(mfu['uncounted_ops'])} has no FLOP formula in torch.utils.flop_counter)")
+        ops = mfu["uncounted_ops"]
+        lines.append(f"MFU: not known ({', '.join(ops)} {'has' if len(ops) == 1 else 'have'} no FLOP formula "
+                     "in torch.utils.flop_counter)")
     compiles = [t.compile_s for r in result.rungs for t in r.trials if t.compile_s is not None]
     if compiles:
         lines.append(f"torch.compile: {max(compiles):.1f} s of compilation before the first step (not in the rates)")

@@ -217,3 +217,14 @@ def test_chart_has_one_bar_per_timed_rung_and_png_bytes() -> None:
     assert len(chart.labels) == 5 and chart.reference == 1.0  # the skipped rung has no bar
     assert chart.values[-1] == pytest.approx(2.24)
     assert chart_png(synthetic_result()).startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_mfu_of_uncounted_kernels_is_not_known_and_says_why() -> None:
+    result = synthetic_result()
+    result.mfu.update(flops_per_sample=None, flops_per_item=None, baseline=None, final=None,
+                      uncounted_ops=["aten.mkldnn_rnn_layer", "aten.mkldnn_rnn_layer_backward"])
+    jsonschema.validate(json.loads(json.dumps(to_json(result))), load_schema())
+    text = " ".join(render_table(result).split())
+    assert ("MFU: not known (aten.mkldnn_rnn_layer, aten.mkldnn_rnn_layer_backward have no FLOP formula in "
+            "torch.utils.flop_counter)") in text
+    assert "MFU: 0.0%" not in text
