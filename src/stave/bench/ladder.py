@@ -20,7 +20,7 @@ from stave import device as dev
 from stave.analyze.stats import median
 from stave.bench import compare as cmp
 from stave.bench.compare import MIN_GAIN, Comparison, TimingPlan, verdict
-from stave.bench.final import finish, machine_facts
+from stave.bench.final import finish, machine_facts, partial_result
 from stave.bench.losscheck import LOSS_CHECK_STEPS, LOSS_REL_TOL, LossChecker
 from stave.bench.memory import cpu_batch_cap, saved_activation_bytes
 from stave.bench.pipeline import check_batches, image_inputs
@@ -32,6 +32,7 @@ from stave.bench.result import (
     REVERT_SPEED,
     REVERTED,
     SKIPPED,
+    LadderIncomplete,
     LadderResult,
     RungResult,
     Trial,
@@ -318,5 +319,9 @@ def run_ladder(
             ctx.results[rung.name] = result
             ladder.drop_sessions({current})
         return finish(ladder, current, started)
+    except (KeyboardInterrupt, StaveError, RuntimeError, MemoryError) as exc:
+        # Minutes of measurements must not vanish with one failure or a Ctrl-C: hand them over.
+        reason = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+        raise LadderIncomplete(partial_result(ladder, current, started, reason), exc) from exc
     finally:
         ladder.drop_sessions(set())

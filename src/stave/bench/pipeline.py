@@ -10,6 +10,7 @@ gated; they decode at most their own prefetch depth ahead (docs/bench.md).
 
 from __future__ import annotations
 
+import gc
 import logging
 import multiprocessing
 from typing import Any, Iterable, Iterator
@@ -127,6 +128,13 @@ class Pipeline:
 
     def _start(self) -> Iterator[Batch]:
         config, spec = self.config, self.spec
+        if config.num_workers > 0:
+            # Workers are forked from this process. Uncollected cyclic garbage that holds CUDA objects
+            # (a reverted candidate's captured CUDA graph, its pool's tensors) would otherwise be
+            # freed by a worker's collector, and CUDA calls fail in a forked child ("CUDA error:
+            # initialization error", seen on an H100 in the fed comparison after the CUDA-graphs
+            # rung): collect it here, in the process that owns it.
+            gc.collect()
         if config.loader != TORCH_LOADER:
             custom = find_loader(spec, config.loader)
             request = LoaderRequest(

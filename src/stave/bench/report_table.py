@@ -85,12 +85,19 @@ def summary_lines(result: LadderResult) -> list[str]:
     def rate(samples_per_s: float | None) -> str:
         return _fmt(scaled_rate(result, samples_per_s), ",.1f")
 
-    lines = [
-        f"best kept configuration: {rate(result.final_samples_per_s)} {unit}, "
-        f"{result.best_speedup:.2f}x the baseline's {rate(result.baseline_samples_per_s)} "
-        f"(timed side by side, ±{result.best_speedup_noise:.0%}; "
-        f"product of the kept rungs' ratios {result.chain_speedup:.2f}x)",
-    ]
+    if result.best_speedup is None:
+        lines = [
+            f"INCOMPLETE ({result.incomplete or 'stopped early'}): the rungs above were measured; the kept "
+            f"configuration so far is {result.chain_speedup:.2f}x the baseline by the product of the kept "
+            "rungs' ratios (no side-by-side or fed comparison ran)",
+        ]
+    else:
+        lines = [
+            f"best kept configuration: {rate(result.final_samples_per_s)} {unit}, "
+            f"{result.best_speedup:.2f}x the baseline's {rate(result.baseline_samples_per_s)} "
+            f"(timed side by side, ±{result.best_speedup_noise or 0:.0%}; "
+            f"product of the kept rungs' ratios {result.chain_speedup:.2f}x)",
+        ]
     fed = result.fed
     if fed.get("ratio") is not None:
         lines.append(

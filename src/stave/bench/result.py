@@ -85,10 +85,11 @@ class LadderResult:
     baseline: RunConfig
     final: RunConfig
     rungs: list[RungResult]
-    baseline_samples_per_s: float
-    final_samples_per_s: float
-    best_speedup: float
-    best_speedup_noise: float
+    # None in an incomplete result (the climb stopped before the final comparison).
+    baseline_samples_per_s: float | None
+    final_samples_per_s: float | None
+    best_speedup: float | None
+    best_speedup_noise: float | None
     chain_speedup: float
     fed: dict[str, Any]
     mfu: dict[str, Any]
@@ -96,9 +97,23 @@ class LadderResult:
     code: str
     duration_s: float
     notes: list[str] = field(default_factory=list)
+    # Why the climb stopped early (interrupted, a failure); None for a complete result.
+    incomplete: str | None = None
 
     @property
     def fed_ratio(self) -> float | None:
         """Final configuration with its real input pipeline / the same fed one batch over and over."""
         value = self.fed.get("ratio")
         return float(value) if value is not None else None
+
+
+class LadderIncomplete(Exception):
+    """The climb stopped early; ``result`` holds what was measured until then.
+
+    ``cause`` is the exception that stopped it (re-raised by the CLI after the files are written).
+    """
+
+    def __init__(self, result: LadderResult, cause: BaseException) -> None:
+        super().__init__(result.incomplete or "incomplete")
+        self.result = result
+        self.cause = cause

@@ -164,17 +164,15 @@ def plan_input_again(ctx: Context, current: RunConfig) -> Plan:
         return Plan.skipped("no rung was kept: the pipeline was judged on this configuration")
     if wait < INPUT_RETRY_WAIT_SHARE:
         return Plan.skipped(f"data wait is {wait:.0%} of the step, under {INPUT_RETRY_WAIT_SHARE:.0%}")
-    candidates: list[tuple[str, dict[str, Any]]] = []
-    if current.loader == TORCH_LOADER:
-        counts = _worker_counts(current)
-        if counts:
-            n = counts[0]
-            candidates.append((f"{n} worker{'s' if n > 1 else ''}", {"num_workers": n}))
-    candidates += [
-        (f"loader: {c.name}", _loader_changes(c.name))
-        for c in ctx.spec.loaders
-        if c.name != current.loader
-    ]
+    loaders = [(f"loader: {c.name}", _loader_changes(c.name)) for c in ctx.spec.loaders if c.name != current.loader]
+    counts = _worker_counts(current) if current.loader == TORCH_LOADER else []
+    workers = [(f"{n} worker{'s' if n > 1 else ''}", {"num_workers": n}) for n in counts]
+    if workers and not loaders:
+        # More workers are the only lever left: climb them while each doubling helps, as the workers
+        # rung does (an H100 ladder kept 4 of its 16 cores' workers here, one doubling at a time,
+        # and still waited for data 75% of its step).
+        return Plan("grow", tuple(workers))
+    candidates = workers[:1] + loaders
     if not candidates:
         return Plan.skipped(f"data wait is {wait:.0%}, but no other input pipeline is left to try")
     return Plan("best", tuple(candidates))

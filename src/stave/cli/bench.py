@@ -154,7 +154,7 @@ def run_ladder_command(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from stave.files import atomic_write_bytes, atomic_write_json, atomic_write_text
+    from stave.bench.result import LadderIncomplete
 
     check_outputs((args.json, "--json"), (args.html, "--html"), (args.png, "--png"))
     err = Console(stderr=True, highlight=False)
@@ -163,7 +163,24 @@ def run_ladder_command(args: argparse.Namespace) -> int:
         if not args.quiet:
             err.print(Text(message, style="dim"))
 
-    result = ladder_from_args(args, progress)
+    try:
+        result = ladder_from_args(args, progress)
+    except LadderIncomplete as stopped:
+        # Write and show what was measured, then fail as the cause says (Ctrl-C, an error).
+        _write_and_show(args, stopped.result)
+        err.print(Text(f"stave bench ladder stopped early: {stopped.result.incomplete}; the files asked for "
+                       "hold the rungs measured so far", style="yellow"))
+        raise stopped.cause from None
+    _write_and_show(args, result)
+    return 0
+
+
+def _write_and_show(args: argparse.Namespace, result: Any) -> None:
+    """Write the files asked for, then the table and the paste-able code (unless --quiet)."""
+    from rich.console import Console
+
+    from stave.files import atomic_write_bytes, atomic_write_json, atomic_write_text
+
     if args.json:
         from stave.bench.report_json import to_json
 
@@ -182,10 +199,10 @@ def run_ladder_command(args: argparse.Namespace) -> int:
         # Piped output gets a fixed width wide enough for the reasons column (rich assumes 80).
         out = Console(highlight=False, width=None if sys.stdout.isatty() else TABLE_WIDTH)
         out.print(ladder_report(result))
-        out.print("\nfinal configuration (stave tune prints just this):\n")
+        heading = "final configuration" if result.incomplete is None else "configuration kept so far"
+        out.print(f"\n{heading} (stave tune prints just this):\n")
         # Plain print: the code must paste exactly, without rich's wrapping or markup.
         print(result.code, end="")
-    return 0
 
 
 def run_data_command(args: argparse.Namespace) -> int:

@@ -73,6 +73,12 @@ def run(args: argparse.Namespace) -> int:
             if not args.quiet:
                 err.print(Text(message, style="dim"))
 
-        code = ladder_from_args(args, progress).code
+        from stave.bench.result import LadderIncomplete
+
+        try:
+            code = ladder_from_args(args, progress).code
+        except LadderIncomplete as stopped:
+            # A half-climbed ladder's code is not "the" configuration: fail as the cause says.
+            raise stopped.cause from None
     print(code, end="" if code.endswith("\n") else "\n")
     return 0

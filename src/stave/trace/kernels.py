@@ -13,7 +13,9 @@ Kernel names are the only description a trace carries, and they follow the libra
   ``tl.dot`` matmuls, AMD matrix-core ``MI``/``mfma`` kernels);
 * precision: fp16/bf16/fp8 markers (``Half``, ``BFloat16``, ``__half``, ``bf16``, ``f16``, ``e4m3``),
   TF32 (``tf32``, CUTLASS ``tensorop_s1688`` without a half marker) or plain fp32 (``sgemm``,
-  ``<float``).
+  ``<float``); cuBLAS's Hopper ``nvjet_sm90_<abc>_`` names carry the operand types as letters
+  (``hsh`` fp16, ``tst`` bf16);
+* no tensor cores whatever the family: scalar-FMA kernels (``ffma``, ``simt``) and anything fp32.
 
 Classification runs once per distinct name, so its cost does not grow with the trace.
 """
@@ -46,8 +48,15 @@ _LOW_PRECISION = re.compile(
     r"|hgemm|e4m3|e5m2|fp8|_HB_|_HH_|_BB_|nvjet_h|nvjet_b",
     re.IGNORECASE,
 )
-_TF32 = re.compile(r"tf32|tensorop_s1688|_s1688gemm|nvjet_t", re.IGNORECASE)
+_TF32 = re.compile(r"tf32|tensorop_s1688|_s1688gemm", re.IGNORECASE)
 _FP32 = re.compile(r"sgemm|<float|float>|_f32|fp32|Cijk_.*_SB_|gemmSN|gemv2", re.IGNORECASE)
+# Scalar FMA kernels carry "xmma"/"cutlass" in their names too (cuBLAS's fp32 GEMMs on an H100 are
+# ``sm80_xmma_gemm_f32f32_f32f32_f32_..._ffma_...`` and ``cutlass_80_simt_sgemm_...``): no tensor cores.
+_SCALAR_FMA = re.compile(r"ffma|hfma|simt", re.IGNORECASE)
+# cuBLAS's Hopper GEMMs name their operand types in three letters: ``nvjet_sm90_hsh_...`` (fp16),
+# ``nvjet_sm90_tst_...`` (bf16), read off an H100 trace of each dtype; older builds drop ``sm90_``.
+_NVJET_TYPES = re.compile(r"nvjet_(?:sm\d+_)?([a-z])[a-z]{2}_", re.IGNORECASE)
+_NVJET_LOW = frozenset("htqe")  # fp16, bf16, and the fp8 letters
 
 
 @dataclass(frozen=True)
@@ -67,11 +76,24 @@ def classify_kernel(name: str) -> KernelClass:
         return KernelClass(COMMUNICATION, False, False, _precision(name))
     triton_mm = bool(_TRITON_MM.search(name))
     matmul = triton_mm or bool(_MATMUL.search(name))
-    tensor_core = matmul and (triton_mm or bool(_TENSOR_CORE.search(name)))
-    return KernelClass(COMPUTE, matmul, tensor_core, _precision(name))
+    precision = _precision(name)
+    # Tensor cores have no plain-fp32 mode (fp32 data goes through them as TF32), so a kernel named
+    # fp32 runs on CUDA cores whatever family it belongs to.
+    tensor_core = (
+        matmul
+        and (triton_mm or bool(_TENSOR_CORE.search(name)))
+        and not _SCALAR_FMA.search(name)
+        and precision != "fp32"
+    )
+    return KernelClass(COMPUTE, matmul, tensor_core, precision)
 
 
 def _precision(name: str) -> str:
+    nvjet = _NVJET_TYPES.search(name)
+    if nvjet:
+        letter = nvjet.group(1).lower()
+        # An fp32 ("s") operand on tensor cores is TF32; other letters are not known here.
+        return "low" if letter in _NVJET_LOW else ("tf32" if letter == "s" else "unknown")
     if _LOW_PRECISION.search(name):
         return "low"
     if _TF32.search(name):

@@ -4,9 +4,13 @@
 thread that drives training. The GPU work a step launches can finish after the annotation closes
 (launches are asynchronous), so a step's window is:
 
-    start = the annotation's start
+    start = the annotation's start + how long the step's first GPU activity waited in the queue
+            between its launch call and its start (never before the previous step's start)
     end   = max(annotation end, end of the last GPU activity launched from inside the annotation),
             but never past the next step's start, nor past the last event of the trace.
+
+The queue delay is microseconds when the GPU keeps up; when it does not, the host runs ahead and
+the step is the GPU's (the delay shifts each window onto the GPU's timeline).
 
 The last clip handles real traces whose last annotation runs on long after the profiler stopped
 (the end of the trace is the end of the profiler's own "Trace" span when the file has one).
@@ -20,6 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from stave.trace.tables import RUNTIME, TraceData
+
+
+# A launch reaches an idle GPU in about 5-20 us (launch call to kernel start in CUPTI timestamps);
+# a delay under this is launch latency, not a queue of earlier steps' work, and moves no window.
+QUEUE_DELAY_MIN_NS = 50_000
 
 
 @dataclass
@@ -88,9 +97,15 @@ def find_steps(data: TraceData) -> StepWindows:
     idx = idx[host.thread[idx] == thread]
     idx = idx[np.argsort(host.start[idx], kind="stable")]
     numbers = np.array([step_ids[int(n)] for n in host.name[idx]])
-    start = host.start[idx].astype(np.int64)
+    cpu_start = host.start[idx].astype(np.int64)
     cpu_end = np.minimum(host.end[idx], hi).astype(np.int64)
-    end = np.maximum(cpu_end, _gpu_end_of_launches(data, start, cpu_end))
+    queue_delay, gpu_end = _gpu_of_launches(data, cpu_start, cpu_end)
+    # When the GPU is the short stave the host runs steps ahead of it (nothing in the loop waits),
+    # and the annotations measure launch speed, not the step: an H100 fp32 MLP showed 3 ms
+    # annotations for 39 ms of kernels per step. A step therefore starts as late as its first GPU
+    # work had to queue behind earlier steps' work; with an idle queue that delay is microseconds.
+    start = np.maximum.accumulate(cpu_start + queue_delay)
+    end = np.maximum(cpu_end, gpu_end)
     next_start = np.append(start[1:], hi)
     # Windows never overlap, so per-step parts can be summed over steps.
     end = np.minimum(end, next_start)
@@ -98,12 +113,14 @@ def find_steps(data: TraceData) -> StepWindows:
     return StepWindows(numbers[keep], start[keep], end[keep], cpu_end[keep], thread, True)
 
 
-def _gpu_end_of_launches(data: TraceData, start: np.ndarray, cpu_end: np.ndarray) -> np.ndarray:
-    """Per step, the last end of GPU activity whose launch call lies inside the step annotation."""
+def _gpu_of_launches(data: TraceData, start: np.ndarray, cpu_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per step, for the GPU activity whose launch call lies inside the step annotation: how long the
+    first of it waited between its launch and its start (0 without GPU work), and the last end."""
     out = np.zeros(len(start), dtype=np.int64)
+    delay = np.zeros(len(start), dtype=np.int64)
     host, gpu = data.host, data.gpu
     if len(gpu) == 0:
-        return out
+        return delay, out
     rt = host.cat == RUNTIME
     launch_corr = host.corr[rt]
     launch_t = host.start[rt]
@@ -119,7 +136,16 @@ def _gpu_end_of_launches(data: TraceData, start: np.ndarray, cpu_end: np.ndarray
     i = np.searchsorted(start, t, side="right") - 1
     inside = found & (i >= 0) & (t < cpu_end[np.maximum(i, 0)])
     np.maximum.at(out, i[inside], gpu.end[inside])
-    return out
+    # The step's earliest-starting GPU activity and its launch time.
+    first_start = np.full(len(start), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_start, i[inside], gpu.start[inside])
+    has = first_start < np.iinfo(np.int64).max
+    is_first = inside & (gpu.start == first_start[np.maximum(i, 0)])
+    first_launch = np.zeros(len(start), dtype=np.int64)
+    np.maximum.at(first_launch, i[is_first], t[is_first])
+    delay[has] = np.maximum(first_start[has] - first_launch[has], 0)
+    delay[delay < QUEUE_DELAY_MIN_NS] = 0
+    return delay, out
 
 
 def _busiest_thread(data: TraceData) -> int:

@@ -113,3 +113,25 @@ def test_bench_data_hands_over_to_the_data_benchmark(capsys: pytest.CaptureFixtu
         main(["bench", "data", "--help"])
     assert stop.value.code == 0
     assert "--images" in capsys.readouterr().out
+
+
+def test_ctrl_c_before_the_end_still_writes_the_rungs_measured(
+    in_tiny_dir: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stave.bench import ladder as L
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    # The rungs are climbed for real; the Ctrl-C lands in the final comparison.
+    monkeypatch.setattr(L, "finish", interrupted)
+    out = tmp_path / "r.json"
+    args = ["bench", "ladder", "--job", "tiny_job:spec", "--quick", "--rungs", "uint8", "--window-s", "0.05"]
+    assert main([*args, "--json", str(out)]) == 130
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, load_schema())
+    assert [r["name"] for r in doc["rungs"]] == ["baseline", "uint8"]
+    assert doc["rungs"][1]["samples_per_s"] > 0 and doc["notes"] == ["incomplete: interrupted (Ctrl-C)"]
+    captured = capsys.readouterr()
+    assert "INCOMPLETE" in captured.out and "configuration kept so far" in captured.out
+    assert "stopped early" in captured.err and captured.err.rstrip().endswith("stave: interrupted")

@@ -139,3 +139,43 @@ def test_fed_ratio_and_mfu_are_reported(monkeypatch: pytest.MonkeyPatch) -> None
         result.mfu["flops_per_sample"] * result.final_samples_per_s / 1e11, rel=1e-6
     )
     assert not math.isnan(result.duration_s)
+
+
+def test_ctrl_c_mid_climb_hands_over_the_rungs_measured_so_far(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stave.bench.report_table import summary_lines
+    from stave.bench.result import LadderIncomplete
+
+    patch_speed(monkeypatch, lambda c: 100.0 * (1.5 if c.uint8 else 1.0))
+
+    def interrupted(ctx, current):
+        raise KeyboardInterrupt
+
+    with pytest.raises(LadderIncomplete) as stopped:
+        run_ladder(tiny_job.spec(), OPTIONS, [rung("uint8", plan_uint8), rung("then", interrupted)])
+    result = stopped.value.result
+    assert isinstance(stopped.value.cause, KeyboardInterrupt)
+    assert result.incomplete == "interrupted (Ctrl-C)"
+    assert by_name(result, "uint8").status == "kept" and result.final.uint8
+    assert result.chain_speedup == pytest.approx(1.5, rel=0.02)
+    assert result.best_speedup is None and result.fed_ratio is None
+    assert "mean = torch.tensor(" in result.code  # the kept uint8 rung, as code
+    assert summary_lines(result)[0].startswith("INCOMPLETE (interrupted (Ctrl-C))")
+    doc = json.loads(json.dumps(to_json(result)))
+    jsonschema.validate(doc, load_schema())
+    assert doc["best_speedup"] is None and doc["notes"] == ["incomplete: interrupted (Ctrl-C)"]
+
+
+def test_a_failed_fed_comparison_keeps_the_measured_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stave.bench import final as F
+
+    patch_speed(monkeypatch, lambda c: 100.0 * (1.5 if c.uint8 else 1.0))
+
+    def worker_died(*args, **kwargs):
+        raise RuntimeError("DataLoader worker (pid(s) 123) exited unexpectedly")
+
+    monkeypatch.setattr(F, "_fed_comparison", worker_died)
+    result = run_ladder(tiny_job.spec(), OPTIONS, [rung("uint8", plan_uint8)])
+    assert result.incomplete is None and result.best_speedup == pytest.approx(1.5, rel=0.02)
+    assert result.fed_ratio is None
+    assert result.notes == ["the fed comparison failed: RuntimeError: DataLoader worker (pid(s) 123) exited unexpectedly"]
+    jsonschema.validate(json.loads(json.dumps(to_json(result))), load_schema())

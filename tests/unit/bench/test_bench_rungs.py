@@ -123,3 +123,8 @@ def test_input_pipeline_is_retried_only_when_the_faster_step_waits_for_data(monk
     kept = Trial("batch 1024", {"batch_size": 1024}, bigger, data_wait_share=0.93)
     ctx.results["batch_size"] = RungResult("batch_size", "b", KEPT, "1.3x", [kept], kept)
     assert R.plan_input_again(ctx, bigger).mode == "best"
+    # Without another loader to try, worker counts are climbed while each doubling helps.
+    monkeypatch.setattr(dev, "usable_cores", lambda: 16)
+    ctx.spec = tiny_job.spec()
+    plan = R.plan_input_again(ctx, bigger)
+    assert plan.mode == "grow" and [c[1]["num_workers"] for c in plan.candidates] == [1, 2, 4, 8, 16]

@@ -134,6 +134,18 @@ def test_step_window_extends_to_gpu_work_it_launched(tmp_path: Path) -> None:
     assert [s.duration_s for s in a.steps] == pytest.approx([70 * US, 50 * US])
 
 
+def test_steps_follow_the_gpu_when_the_host_runs_ahead(tmp_path: Path) -> None:
+    # Three 100 us annotations launch 1 ms of kernels each: nothing waits, so the host is done
+    # before the GPU has finished the first step (an H100 fp32 MLP trace looked like this).
+    events = [step(n, 100 * (n - 1), 100) for n in (1, 2, 3)]
+    for n in (1, 2, 3):
+        launch = 100 * (n - 1) + 10
+        events += launched("k", launch, 5, 20 + 1000 * (n - 1), 1000, corr=n)
+    a = analyze_trace(write_trace(tmp_path / "ahead.json", events))
+    assert [s.duration_s for s in a.steps] == pytest.approx([1000 * US] * 3, rel=0.02)
+    assert a.step_time_median_s == pytest.approx(1000 * US, rel=0.02)
+
+
 @pytest.mark.parametrize(
     "name,group,matmul,tc,precision",
     [
@@ -142,6 +154,23 @@ def test_step_window_extends_to_gpu_work_it_launched(tmp_path: Path) -> None:
         ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn", "compute", True, True, "low"),
         ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1", "compute", True, True, "low"),
         ("nvjet_hsh_128x256_64x4_1x2_h_bz_coopA_NNT", "compute", True, True, "low"),
+        # Read off an H100 (torch 2.11, CUDA 13) profiling each dtype: bf16 is "tst", fp16 "hsh";
+        # fp32 with TF32 off runs scalar-FMA kernels whose names still say xmma/cutlass.
+        ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "compute", True, True, "low"),
+        ("nvjet_tst_128x128_64x6_1x2_h_bz_bias_TNT", "compute", True, True, "low"),
+        ("nvjet_sm90_hsh_128x256_64x4_2x1_v_bz_coopA_TNN", "compute", True, True, "low"),
+        ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_"
+         "kernel__5x_cublas", "compute", True, False, "fp32"),
+        ("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nt_align1>(cutlass_80_simt_sgemm_256x128_8x4_nt_"
+         "align1::Params)", "compute", True, False, "fp32"),
+        ("sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nchwkcrs_nchw_tilesize128x32x8_stage3_warpsize2x2x1_g1_ffma_"
+         "aligna4_alignc4_execute_kernel__5x_cudnn", "compute", True, False, "fp32"),
+        ("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x256x32_warpgroupsize2x1x1_execute_segment_k_off_kernel"
+         "__5x_cublas", "compute", True, True, "tf32"),
+        ("sm90_xmma_wgrad_indexed_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize64x128x64_warpgroupsize"
+         "1x1x1_g1_execute_segment_k_on_kernel__5x_cudnn", "compute", True, True, "low"),
+        ("fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float, cutlass::arch::Sm80,"
+         " true, 64, 64, 64, true, true>::Params)", "compute", True, False, "fp32"),
         ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64, 64, 4, false, false, cutlass::bfloat16_t>>(Params)",
          "compute", True, True, "low"),
         ("triton_tem_fused_mm_0", "compute", True, True, "unknown"),

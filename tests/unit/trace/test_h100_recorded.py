@@ -1,0 +1,49 @@
+"""Real H100 traces (torch 2.11, CUDA 13; tests/data/traces/h100/make_traces.py recorded them).
+
+Each planted one pathology into an otherwise plain loop; the analysis must name it, and the
+healthy one (bf16 autocast, pinned non_blocking copies, fused AdamW) must get no finding. They also
+pin two facts only real traces showed: cuBLAS's Hopper kernel names (``nvjet_sm90_tst`` is bf16,
+``sm80_xmma_..._ffma`` is fp32 on CUDA cores) and a host that runs steps ahead of the GPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stave.trace.report import analyze_paths
+
+H100 = Path(__file__).resolve().parents[2] / "data" / "traces" / "h100"
+
+
+def analyse(name: str):
+    report = analyze_paths([H100 / f"{name}.json.gz"])
+    return report.traces[0], report.findings
+
+
+def test_fp32_mlp_is_no_mixed_precision_with_the_gpus_step_time() -> None:
+    trace, findings = analyse("fp32")
+    # 6 x 4096^2 fp32 linears at batch 2048 (~1.2 TFLOP per step) on CUDA cores: ~26 ms per step
+    # of kernels, though each ProfilerStep annotation lasted ~3 ms (nothing in the loop waits).
+    assert 0.020 < trace.step_time_median_s < 0.035
+    matmul = trace.gpu.matmul_s
+    assert matmul["fp32_no_tc"] > 0.8 * 4 * trace.step_time_median_s
+    assert matmul["tensor_core_tf32"] == matmul["tensor_core_other"] == 0
+    assert [f.id for f in findings] == ["NO_MIXED_PRECISION"]
+    assert 2.0 < findings[0].est_speedup < 4.0  # bounded by the assumed 4x over CUDA cores
+
+
+def test_healthy_bf16_loop_gets_no_finding() -> None:
+    trace, findings = analyse("healthy")
+    assert findings == []
+    assert trace.gpu.low_precision_in_use
+    # The nvjet bf16 GEMMs are counted as tensor-core low precision, not "unknown".
+    assert trace.gpu.matmul_s["tensor_core_low"] > 0.3 * 4 * trace.step_time_median_s
+    assert trace.gpu.matmul_s["tensor_core_other"] == 0
+
+
+def test_pageable_copies_are_the_top_finding() -> None:
+    _trace, findings = analyse("pageable")
+    assert findings[0].id == "H2D_PAGEABLE" and findings[0].severity == "critical"
+    assert findings[0].est_speedup == pytest.approx(8.35, rel=0.25)
