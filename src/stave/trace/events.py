@@ -28,6 +28,10 @@ class EventArgs(msgspec.Struct, gc=False):
     total_allocated: int | None = msgspec.field(default=None, name="Total Allocated")
     device_type: int | None = msgspec.field(default=None, name="Device Type")
     device_id: int | None = msgspec.field(default=None, name="Device Id")
+    # An op's operand dtypes (written with record_shapes=True), left undecoded: only dtype names are
+    # looked for, and decoding a list per op would slow the reader by a third on such traces. A Raw
+    # points into the reader's buffer, so events must be dropped before the reader reads on.
+    input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
 
 
 class Event(msgspec.Struct, gc=False):
@@ -66,6 +70,7 @@ _ARG_FIELDS: dict[str, tuple[str, tuple[type, ...]]] = {
     "Total Allocated": ("total_allocated", (int,)),
     "Device Type": ("device_type", (int,)),
     "Device Id": ("device_id", (int,)),
+    "Input type": ("input_types", (list,)),
 }
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from stave.trace import intervals as iv
-from stave.trace.kernels import COMMUNICATION, COMPUTE, MEMORY, classify_kernel, short_name
+from stave.trace.kernels import COMMUNICATION, COMPUTE, MEMORY, classify_kernel, classify_with_operands, short_name
 from stave.trace.launches import LaunchInfo
 from stave.trace.steps import StepWindows
 from stave.trace.tables import KERNEL, MEMCPY, TraceData
@@ -131,6 +131,9 @@ def analyze_gpu(data: TraceData, windows: StepWindows, launches: LaunchInfo) -> 
     scope = in_scope(data, windows)
     span_ns = int(windows.duration.sum())
     classes = [classify_kernel(n) for n in data.names]
+    for i, operands in data.operands_by_name.items():
+        # With record_shapes the launching op's dtypes are known: they beat the name's hints.
+        classes[i] = classify_with_operands(data.names[i], operands)
     is_kernel = scope & (gpu.kind == KERNEL)
     comm_name = np.array([c.group == COMMUNICATION for c in classes] + [False], dtype=bool)
     comm = is_kernel & comm_name[gpu.name]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from typing import Any
 
 COMPUTE, COMMUNICATION, MEMORY = "compute", "communication", "memory"
 
@@ -101,6 +102,55 @@ def _precision(name: str) -> str:
     if _FP32.search(name):
         return "fp32"
     return "unknown"
+
+
+# Operand dtypes as torch.profiler writes them in an op's "Input type" (record_shapes=True).
+_LOW_OPERANDS = (b'::Half"', b'::BFloat16"', b"::Float8_")
+
+
+def operand_precision(input_types: Any) -> str | None:
+    """"low" when any operand is fp16/bf16/fp8, "fp32" when any is float (and none is low), else None.
+
+    ``input_types`` is the raw JSON of the op's "Input type" list (a ``msgspec.Raw``), or the list
+    itself from the lenient reader; entries that are not dtype names are ignored. Runs once per op,
+    so the raw form is only searched as bytes."""
+    if type(input_types) is list:
+        input_types = b",".join(b'"%s"' % t.encode() for t in input_types if type(t) is str)
+    try:
+        raw = bytes(input_types)
+    except TypeError:
+        return None
+    if b'"c10::' in raw:
+        for marker in _LOW_OPERANDS:
+            if marker in raw:
+                return "low"
+    return "fp32" if b'"float"' in raw else None
+
+
+@functools.lru_cache(maxsize=65536)
+def classify_with_operands(name: str, operands: str) -> KernelClass:
+    """:func:`classify_kernel`, corrected by the dtype of the op that launched the kernel.
+
+    The op's operands are the ground truth the name only hints at: fp16/bf16 operands make the
+    kernel low precision whatever its name says; fp32 operands settle a name of unknown precision
+    (TF32 when the name says tensor cores, fp32 otherwise) but never override a name that says
+    low precision (a cast kernel reads fp32 and writes bf16)."""
+    c = classify_kernel(name)
+    precision = c.precision
+    if operands == "low":
+        precision = "low"
+    elif operands == "fp32" and precision == "unknown":
+        tc_name = c.matmul and bool(_TENSOR_CORE.search(name) or _TRITON_MM.search(name)) and not _SCALAR_FMA.search(name)
+        precision = "tf32" if tc_name else "fp32"
+    if precision == c.precision:
+        return c
+    tensor_core = (
+        c.matmul
+        and bool(_TRITON_MM.search(name) or _TENSOR_CORE.search(name))
+        and not _SCALAR_FMA.search(name)
+        and precision != "fp32"
+    )
+    return KernelClass(c.group, c.matmul, tensor_core, precision)
 
 
 def is_comm_name(name: str) -> bool:

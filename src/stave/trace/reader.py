@@ -258,6 +258,9 @@ class TraceReader:
                 if events is not None:
                     buf.pos = next_start
                     yield events
+                    # Raw fields of the events point into the buffer, which must not be resized
+                    # while they live (fill() drops what was read): let them go first.
+                    events = None
                     continue
                 # The cut fell inside a value, or the piece is malformed: read it exactly.
                 target = buf.base + piece_end

@@ -21,6 +21,7 @@ import numpy as np
 
 from stave.errors import FormatError
 from stave.trace.events import Event, EventArgs
+from stave.trace.kernels import operand_precision
 from stave.trace.reader import ReadStats, TraceReader
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,12 @@ GPU_CATS: dict[str, int] = {
     "gpu_memset": MEMSET,
     "Memset": MEMSET,
 }
+# Host ops whose launched kernels are matmul-like (GEMM, convolution, attention): the ops whose
+# operand dtypes are read.
+_MATMUL_OP = re.compile(
+    r"aten::(?:mm|addmm|_addmm_activation|bmm|baddbmm|addbmm|matmul|linear|mv|addmv|dot|einsum|_int_mm|_scaled_mm"
+    r"|\w*conv\w*|\w*attention\w*)$"
+)
 # Distinct names kept before new names share one bucket: real traces have well under 100k distinct
 # op and kernel names; more means generated names, and the table would dominate memory.
 MAX_DISTINCT_NAMES = 500_000
@@ -125,6 +132,9 @@ class TraceData:
     memory_peak_bytes: dict[str, int] = field(default_factory=dict)
     skipped_no_time: int = 0
     other_phases: dict[str, int] = field(default_factory=dict)
+    # GPU activity name id -> "low" | "fp32": the dtype of the ops that launched it, where the trace
+    # records operand types (record_shapes=True) and all its launches agree.
+    operands_by_name: dict[int, str] = field(default_factory=dict)
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -153,6 +163,10 @@ class _Builder:
         self.host_parts: list[tuple[np.ndarray, ...]] = []
         self.gpu_parts: list[tuple[np.ndarray, ...]] = []
         self.sizes_by_corr: dict[int, int] = {}
+        # External id of an op -> its operands' precision; the GPU rows' External ids, per part.
+        self.operands_by_ext: dict[int, str] = {}
+        self.gpu_ext_parts: list[np.ndarray] = []
+        self.matmul_op_names: dict[int, bool] = {}
         self.profiler_span: list[int] = []
         self.memory_peak: dict[str, int] = {}
         self.skipped_no_time = 0
@@ -218,18 +232,32 @@ class _Builder:
         corr = [
             a.correlation if (a := e.args) is not None and a.correlation is not None else -1 for e in host
         ]
-        for e in host:
+        names = self._names([e.name for e in host])
+        matmul_op = self.matmul_op_names
+        for e, name in zip(host, names):
             a = e.args
-            if a is not None and a.size is not None and a.correlation is not None:
+            if a is None:
+                continue
+            if a.size is not None and a.correlation is not None:
                 size = _as_int(a.size)
                 if size is not None:
                     self.sizes_by_corr[a.correlation] = size
+            if a.external_id is not None and a.input_types:
+                # Only matmul-like ops: their kernels are the ones whose precision the rules read,
+                # and looking at every op's dtypes would cost the reader a third on such traces.
+                is_matmul = matmul_op.get(name)
+                if is_matmul is None:
+                    is_matmul = matmul_op[name] = bool(_MATMUL_OP.match(e.name))
+                if is_matmul:
+                    operands = operand_precision(a.input_types)
+                    if operands is not None:
+                        self.operands_by_ext[a.external_id] = operands
         self.host_parts.append(
             (
                 start,
                 start + dur,
                 np.asarray(thread, dtype=np.int32),
-                np.asarray(self._names([e.name for e in host]), dtype=np.int32),
+                np.asarray(names, dtype=np.int32),
                 np.asarray(cats, dtype=np.int8),
                 np.asarray(corr, dtype=np.int64),
             )
@@ -246,6 +274,9 @@ class _Builder:
         stream = [a.stream if type(a.stream) is int else _stream_of(a.stream, e.tid) for a, e in zip(args, gpu)]
         corr = [a.correlation if a.correlation is not None else -1 for a in args]
         nbytes = [a.nbytes if a.nbytes is not None else -1 for a in args]
+        self.gpu_ext_parts.append(
+            np.asarray([a.external_id if a.external_id is not None else -1 for a in args], dtype=np.int64)
+        )
         self.gpu_parts.append(
             (
                 start,
@@ -277,6 +308,7 @@ class _Builder:
         names = [""] * len(self.name_ids)
         for n, i in self.name_ids.items():
             names[i] = n
+        operands = self._operands_by_name(gpu_table)
         threads = [("", "")] * len(self.thread_ids)
         for k, i in self.thread_ids.items():
             threads[i] = k
@@ -293,7 +325,28 @@ class _Builder:
             memory_peak_bytes=self.memory_peak,
             skipped_no_time=self.skipped_no_time,
             other_phases=self.other_phases,
+            operands_by_name=operands,
         )
+
+    def _operands_by_name(self, gpu: GpuTable) -> dict[int, str]:
+        """GPU activity name id -> the precision of the operands of every op that launched it, for
+        the names whose launching ops (joined by External id) all agree."""
+        ext = np.concatenate(self.gpu_ext_parts) if self.gpu_ext_parts else np.zeros(0, np.int64)
+        self.gpu_ext_parts.clear()
+        if not self.operands_by_ext or len(ext) != len(gpu):
+            return {}
+        codes = {"low": 1, "fp32": 2}
+        op_ext = np.fromiter(self.operands_by_ext.keys(), dtype=np.int64, count=len(self.operands_by_ext))
+        op_code = np.fromiter((codes[v] for v in self.operands_by_ext.values()), dtype=np.int8, count=len(op_ext))
+        order = np.argsort(op_ext)
+        op_ext, op_code = op_ext[order], op_code[order]
+        pos = np.minimum(np.searchsorted(op_ext, ext), len(op_ext) - 1)
+        found = (ext >= 0) & (op_ext[pos] == ext)
+        pairs = np.unique(np.stack([gpu.name[found].astype(np.int64), op_code[pos[found]].astype(np.int64)]), axis=1)
+        names, counts = np.unique(pairs[0], return_counts=True)
+        agreed = set(names[counts == 1].tolist())
+        label = {1: "low", 2: "fp32"}
+        return {int(n): label[int(c)] for n, c in zip(pairs[0], pairs[1]) if int(n) in agreed}
 
 
 def _intern(ids: dict[Any, int], keys: list[Any], cap: int, overflow: Any) -> list[int]:
@@ -342,8 +395,12 @@ def load_trace(path: str | Path) -> TraceData:
     """Read one trace file into columnar tables (raises FormatError for a bad or empty trace)."""
     reader = TraceReader(path)
     builder = _Builder()
-    for chunk in reader.chunks():
+    chunks = reader.chunks()
+    # Not a for loop: its variable would keep the previous chunk, whose events point into the
+    # reader's buffer, alive while the reader refills that buffer.
+    while (chunk := next(chunks, None)) is not None:
         builder.add(chunk)
+        chunk = None
     data = builder.finish(str(path), reader.stats)
     if len(data.host) == 0 and len(data.gpu) == 0:
         raise FormatError(

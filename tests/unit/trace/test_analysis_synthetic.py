@@ -246,3 +246,32 @@ def test_start_up_runtime_call_is_noted_but_waiting_calls_are_not(tmp_path: Path
     events = [step(1, 0, 1000)] + launched("k", 10, 5, 20, 900, corr=1)
     a = analyze_trace(write_trace(tmp_path / "normal.json", events))
     assert not any("runtime call" in n for n in a.notes), a.notes
+
+
+@pytest.mark.parametrize("dtype,expected", [("float", "fp32"), ("c10::BFloat16", "low")])
+def test_operand_dtypes_classify_a_kernel_its_name_does_not(tmp_path: Path, dtype: str, expected: str) -> None:
+    # A GEMM from a library whose names stave does not know: with record_shapes the launching op's
+    # "Input type" (joined by External id) gives its precision.
+    events = [step(1, 0, 100)]
+    events.append(op("aten::mm", 5, 30, **{"External id": 1, "Input type": [dtype, dtype]}))
+    events += launched("vendorlib_gemm_kernel_v2", 10, 5, 20, 70, corr=1)
+    a = analyze_trace(write_trace(tmp_path / "vendor.json", events))
+    assert classify_kernel("vendorlib_gemm_kernel_v2").precision == "unknown"
+    key = "fp32_no_tc" if expected == "fp32" else "low_no_tc"
+    assert a.gpu.matmul_s[key] == pytest.approx(70 * US)
+    assert a.gpu.low_precision_in_use is (expected == "low")
+
+
+def test_operand_precision_reads_raw_json_and_lists_and_ignores_the_rest() -> None:
+    import msgspec
+
+    from stave.trace.kernels import operand_precision
+
+    assert operand_precision(msgspec.Raw(b'["c10::BFloat16", "c10::BFloat16", ""]')) == "low"
+    assert operand_precision(msgspec.Raw(b'["float", "ScalarList"]')) == "fp32"
+    assert operand_precision(msgspec.Raw(b'["float", "c10::Half"]')) == "low"
+    assert operand_precision(msgspec.Raw(b'["long int", "bool"]')) is None
+    assert operand_precision(msgspec.Raw(b"7")) is None and operand_precision(msgspec.Raw(b"")) is None
+    assert operand_precision(["c10::Float8_e4m3fn"]) == "low"  # the lenient reader keeps a list
+    assert operand_precision([7, None, ["float"]]) is None
+    assert operand_precision(None) is None

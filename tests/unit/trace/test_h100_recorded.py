@@ -47,3 +47,24 @@ def test_pageable_copies_are_the_top_finding() -> None:
     _trace, findings = analyse("pageable")
     assert findings[0].id == "H2D_PAGEABLE" and findings[0].severity == "critical"
     assert findings[0].est_speedup == pytest.approx(8.35, rel=0.25)
+
+
+@pytest.mark.parametrize("name", ["kn-bf16_linear", "kn-fp32_conv"])
+def test_kernel_name_rules_agree_with_the_launching_ops_dtypes(name: str) -> None:
+    # Recorded with record_shapes=True: every kernel's launching op names its operand dtypes, the
+    # ground truth the name rules guess at (a bf16 Linear's nvjet GEMMs; an fp32 conv's cuDNN
+    # winograd/ffma/simt kernels).
+    from stave.trace.kernels import classify_kernel
+    from stave.trace.tables import load_trace
+
+    data = load_trace(H100 / f"{name}.json.gz")
+    assert data.operands_by_name
+    matmuls = 0
+    for i, operands in data.operands_by_name.items():
+        c = classify_kernel(data.names[i])
+        if not c.matmul:
+            continue
+        matmuls += 1
+        expected = {"low"} if operands == "low" else {"fp32", "tf32"}
+        assert c.precision in expected, (data.names[i], operands)
+    assert matmuls >= 3
