@@ -115,11 +115,13 @@ def operand_precision(input_types: Any) -> str | None:
     itself from the lenient reader; entries that are not dtype names are ignored. Runs once per op,
     so the raw form is only searched as bytes."""
     if type(input_types) is list:
-        input_types = b",".join(b'"%s"' % t.encode() for t in input_types if type(t) is str)
+        input_types = b"[" + b",".join(b"\"%s\"" % t.encode() for t in input_types if type(t) is str) + b"]"
     try:
         raw = bytes(input_types)
     except TypeError:
         return None
+    if not raw.startswith(b"["):
+        return None  # not a list: a malformed or foreign field
     if b'"c10::' in raw:
         for marker in _LOW_OPERANDS:
             if marker in raw:

@@ -272,6 +272,7 @@ def test_operand_precision_reads_raw_json_and_lists_and_ignores_the_rest() -> No
     assert operand_precision(msgspec.Raw(b'["float", "c10::Half"]')) == "low"
     assert operand_precision(msgspec.Raw(b'["long int", "bool"]')) is None
     assert operand_precision(msgspec.Raw(b"7")) is None and operand_precision(msgspec.Raw(b"")) is None
+    assert operand_precision(msgspec.Raw(b'"float"')) is None  # not a list
     assert operand_precision(["c10::Float8_e4m3fn"]) == "low"  # the lenient reader keeps a list
     assert operand_precision([7, None, ["float"]]) is None
     assert operand_precision(None) is None
