@@ -29,7 +29,7 @@ test-fast: venv
 	$(PY) -m pytest -q -m "not slow and not dist"
 
 bench: venv $(VENV)/.stave-bench-installed
-	$(PY) -m stave.bench.run_all
+	$(PY) -m benchmarks.run_all
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

@@ -1,4 +1,4 @@
-"""Terminal output of the benchmark programs (``python -m stave.bench.*``, ``stave.trace.benchmark``).
+"""Terminal output of the benchmark programs (``python -m stave.bench.*``, ``benchmarks.trace_reader``).
 
 The benchmarks are measurement code; what they show goes through here so that, as everywhere in
 stave, only ``cli/`` and ``report/`` write to the terminal: progress lines to stderr, results

@@ -10,7 +10,7 @@ For every planted script in ``tests/planted/`` (a plain PyTorch script with one 
    SMALL_BATCH, whose fix changes the batch), with the spread over pairs;
 3. report whether estimate and measurement agree within a factor of 2.
 
-    python -m stave.bench.doctor_estimates [--pairs 3] [--only NAME ...] [--json PATH] [--write-docs]
+    python -m benchmarks.doctor_estimates [--pairs 3] [--only NAME ...] [--json PATH] [--write-docs]
 
 ``--write-docs`` replaces the table between the ``doctor-estimates`` markers in docs/benchmarks.md.
 """
@@ -35,7 +35,7 @@ from stave.errors import InputError, OutputError, UsageError
 from stave.files import atomic_write_json, atomic_write_text
 
 # Named explicitly: run as ``python -m`` this module's __name__ is "__main__", outside "stave".
-log = logging.getLogger("stave.bench.doctor_estimates")
+log = logging.getLogger("benchmarks.doctor_estimates")
 
 # Estimate and measurement "agree" when neither is more than twice the other (the issue's bar).
 AGREEMENT_FACTOR = 2.0
@@ -101,7 +101,7 @@ class CaseResult:
 
 def repo_root() -> Path:
     """The source checkout this module runs from (the planted scripts are test files, not installed)."""
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[1]
     if not (root / "tests" / "planted").is_dir():
         raise InputError(f"no tests/planted under {root}: run this benchmark from a source checkout")
     return root

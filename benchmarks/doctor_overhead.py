@@ -5,7 +5,7 @@ interleaved (plain, doctor, plain, doctor, ...), and compares steady-state throu
 itself measures it (samples per second over the steps after warm-up). The goal (issue 2): the
 doctor keeps at least 98% of the plain run's throughput on steps of 50 ms or less.
 
-    python -m stave.bench.doctor_overhead [--pairs 5] [--steps 300] [--json PATH]
+    python -m benchmarks.doctor_overhead [--pairs 5] [--steps 300] [--json PATH]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from stave.analyze.stats import median, relative_spread
-from stave.report.bench_console import progress, result_json
+from benchmarks.console import progress, result_json
 
 GOAL_RATIO = 0.98
 WARMUP_STEPS = 30
@@ -59,9 +59,9 @@ def workload(steps: int, out: str) -> None:
 
 def _run(doctor: bool, steps: int, tmp: str, index: int) -> dict[str, float]:
     out = os.path.join(tmp, f"{'doctor' if doctor else 'plain'}-{index}.json")
-    cmd = [sys.executable, "-m", "stave.bench.doctor_overhead", "--workload", "--steps", str(steps), "--out", out]
+    cmd = [sys.executable, "-m", "benchmarks.doctor_overhead", "--workload", "--steps", str(steps), "--out", out]
     if doctor:
-        cmd = [sys.executable, "-m", "stave", "doctor", "--quiet", "--no-probes", "-m", "stave.bench.doctor_overhead",
+        cmd = [sys.executable, "-m", "stave", "doctor", "--quiet", "--no-probes", "-m", "benchmarks.doctor_overhead",
                "--workload", "--steps", str(steps), "--out", out]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return json.loads(Path(out).read_text())

@@ -1,4 +1,4 @@
-"""Benchmark: what the sampler thread costs a training loop (``python -m stave.monitor.overhead``).
+"""Benchmark: what the sampler thread costs a training loop (``python -m benchmarks.monitor_overhead``).
 
 Two CPU workloads with steps of about 50 ms: ``gemm`` (an MLP's forward, backward and SGD step:
 torch releases the GIL inside its kernels) and ``python`` (hundreds of tiny tensor ops per step:

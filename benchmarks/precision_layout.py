@@ -1,6 +1,6 @@
 """Benchmark: one ResNet-18 training step in fp32/bf16 x NCHW/channels_last, interleaved.
 
-    python -m stave.bench.precision_layout [--size 64] [--batch 64] [--rounds 4] [--steps 4]
+    python -m benchmarks.precision_layout [--size 64] [--batch 64] [--rounds 4] [--steps 4]
 
 A check behind the ladder's seed-resnet18 numbers: how much bf16 autocast and channels_last can
 buy on this CPU for exactly that model and input size, without the data pipeline. Each round times
@@ -14,7 +14,7 @@ import argparse
 import statistics
 import time
 
-from stave.report.bench_console import progress, result_line
+from benchmarks.console import progress, result_line
 
 VARIANTS = {"fp32": (False, False), "bf16": (False, True), "bf16+channels_last": (True, True), "fp32+channels_last": (True, False)}
 

@@ -1,6 +1,6 @@
 """Run every benchmark of the project in sequence (what ``make bench`` runs).
 
-    python -m stave.bench.run_all [--out bench-results] [--only NAME ...] [--quick] [--list]
+    python -m benchmarks.run_all [--out bench-results] [--only NAME ...] [--quick] [--list]
 
 Each benchmark runs in its own process (one crash or memory spike does not take the others down)
 and writes its raw results as JSON under ``--out``; the ladder also writes HTML and PNG. A
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from stave.files import atomic_write_json
-from stave.report.bench_console import progress, result_line
+from benchmarks.console import progress, result_line
 
 DEFAULT_OUT = Path("bench-results")
 
@@ -70,14 +70,22 @@ def _simple(name: str, module: str, flag: str, quick_flag: str | None = None) ->
     return Benchmark(name, module, argv, lambda out: [out / f"{name}.json"])
 
 
+def _data() -> Benchmark:
+    """``stave bench data`` (the product command; its runner is stave.data.benchmark)."""
+    def argv(out: Path, quick: bool) -> list[str]:
+        return ["-m", "stave", "bench", "data", "--json", str(out / "data.json"), *(["--quick"] if quick else [])]
+
+    return Benchmark("data", "stave.data.benchmark", argv, lambda out: [out / "data.json"])
+
+
 BENCHMARKS: tuple[Benchmark, ...] = (
     _ladder("seed-resnet18"),
     _ladder("gpt-char"),
     _ladder("jpeg-resnet"),
-    _simple("data", "stave.data.benchmark", "--json", "--quick"),
-    _simple("trace", "stave.trace.benchmark", "--out"),
-    _simple("doctor_overhead", "stave.bench.doctor_overhead", "--json"),
-    _simple("doctor_estimates", "stave.bench.doctor_estimates", "--json"),
+    _data(),
+    _simple("trace", "benchmarks.trace_reader", "--out"),
+    _simple("doctor_overhead", "benchmarks.doctor_overhead", "--json"),
+    _simple("doctor_estimates", "benchmarks.doctor_estimates", "--json"),
 )
 
 
@@ -121,7 +129,7 @@ def summary_line(entry: dict[str, object]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmarks asked for; returns 1 if one that exists failed."""
-    parser = argparse.ArgumentParser(prog="python -m stave.bench.run_all", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run_all", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results folder (default {DEFAULT_OUT}/)")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these (see --list)")
     parser.add_argument("--quick", action="store_true", help="smoke-test sizes where a benchmark has them")

@@ -1,6 +1,6 @@
 """Cross-check stave's GPU numbers against Holistic Trace Analysis (PyPI ``traceinsight``, bench only).
 
-Two comparisons per trace, printed as a table by ``python -m stave.trace.hta_check TRACE...``:
+Two comparisons per trace, printed as a table by ``python -m benchmarks.trace_hta_check TRACE...``:
 
 1. Same events, two implementations (asserted within 1% by the slow test): HTA parses and filters
    the trace (its own selection: GPU activities launched before the last ProfilerStep, timestamps
@@ -28,7 +28,7 @@ import numpy as np
 from stave.trace import intervals as iv
 from stave.trace.gpu import idle_by_stream
 from stave.trace.kernels import COMPUTE, classify_kernel
-from stave.report.bench_console import result_line
+from benchmarks.console import result_line
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     if args:
         paths = [Path(a) for a in args]
     else:
-        fixtures = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "traces"
+        fixtures = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "traces"
         paths = sorted(p for p in fixtures.glob("*.json.gz") if not p.name.startswith("cpu_only"))
     worst = 0.0
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,6 +1,6 @@
 """Benchmark of the trace analyzer: a 1 GB trace in bounded memory, and the parser choice.
 
-``python -m stave.trace.benchmark`` (what ``make bench`` runs for the trace analyzer):
+``python -m benchmarks.trace_reader`` (what ``make bench`` runs for the trace analyzer):
 
 1. Builds a large trace by repeating the events of a real one (default: the shared fixture
    ``trace_diff__control__control.json.gz``) with shifted timestamps, step numbers and correlation
@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
-from stave.report.bench_console import progress, result_json, result_line
+from benchmarks.console import progress, result_json, result_line
 
 # The bounds the trace analyzer promises (issue 3): under 1 GB of memory for a 1 GB trace, and at
 # least 50 MB/s of uncompressed JSON.
@@ -43,7 +43,7 @@ REPEAT_GAP_US = 1000
 
 def _default_source() -> Path:
     here = Path(__file__).resolve()
-    for base in (Path.cwd(), here.parents[3]):
+    for base in (Path.cwd(), here.parents[1]):
         candidate = base.parent / "shared" / "fixtures" / "traces" / DEFAULT_SOURCE
         if candidate.exists():
             return candidate
@@ -114,7 +114,7 @@ def build_traces(source: Path, workdir: Path, size_mb: float) -> dict[str, Path]
 def run_one(path: Path, out: Path) -> None:
     """Analyse one trace in this process; write the report and this process's measurements."""
     from stave.report.trace_json import trace_json
-    from stave.trace.report import analyze_paths
+    from stave.diagnose.trace_report import analyze_paths
 
     t0 = time.perf_counter()
     c0 = time.process_time()
@@ -146,7 +146,10 @@ def peak_rss_bytes() -> int:
 def _measure(path: Path, workdir: Path) -> dict[str, Any]:
     out = workdir / f"result.{path.name}.json"
     env = dict(os.environ)
-    subprocess.run([sys.executable, "-m", "stave.trace.benchmark", "--run-one", str(path), str(out)],
+    # The child imports this module by name: the repository root (not installed) goes on its path.
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    subprocess.run([sys.executable, "-m", "benchmarks.trace_reader", "--run-one", str(path.resolve()), str(out.resolve())],
                    check=True, env=env)
     return json.loads(out.read_text())
 
@@ -209,7 +212,7 @@ def compare_parsers(source: Path, rounds: int) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark (see the module docstring)."""
-    p = argparse.ArgumentParser(prog="python -m stave.trace.benchmark", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.trace_reader", description=__doc__.split("\n\n")[0])
     p.add_argument("--source", type=Path, help=f"trace to repeat (default: shared fixture {DEFAULT_SOURCE})")
     p.add_argument("--size-mb", type=float, default=1024.0, help="size of the pretty-printed trace (default 1024)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per layout (default 3)")

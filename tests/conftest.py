@@ -16,6 +16,10 @@ sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
 TEST_DATA = Path(__file__).resolve().parent / "data"
+# The project's benchmark programs live in benchmarks/ at the repository root (not installed);
+# their tests import them as ``benchmarks.NAME``.
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
 
 
 def _cuda_available() -> bool:

@@ -16,7 +16,7 @@ GPU_FIXTURES = sorted(p.name for p in FIXTURES.glob("*.json.gz") if not p.name.s
 @pytest.mark.parametrize("name", GPU_FIXTURES)
 def test_same_events_agree_with_hta(name: str, tmp_path: Path) -> None:
     pytest.importorskip("hta", reason="traceinsight (HTA) is a bench dependency: pip install -e '.[bench]'")
-    from stave.trace.hta_check import same_events
+    from benchmarks.trace_hta_check import same_events
 
     rows = same_events(FIXTURES / name, tmp_path)
     assert len(rows) == 6

@@ -1,4 +1,4 @@
-"""`python -m stave.bench.run_all`: runs what exists, names what is missing, says where numbers went."""
+"""`python -m benchmarks.run_all`: runs what exists, names what is missing, says where numbers went."""
 
 from __future__ import annotations
 

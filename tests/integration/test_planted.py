@@ -1,7 +1,7 @@
 """The doctor names the planted bottleneck as its top finding, on each planted script.
 
 Each script in tests/planted/ is plain PyTorch with one bottleneck (and a ``--fixed`` flag used by
-the estimate benchmark, ``python -m stave.bench.doctor_estimates``). Here each runs under
+the estimate benchmark, ``python -m benchmarks.doctor_estimates``). Here each runs under
 ``python -m stave doctor --json`` for a few dozen steps; the test reads the JSON report.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stave.bench.doctor_estimates import PLANTED, PlantedCase
+from benchmarks.doctor_estimates import PLANTED, PlantedCase
 from stave.diagnose.finding import severity_for_speedup
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

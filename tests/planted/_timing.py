@@ -1,4 +1,4 @@
-"""Step timing for plain runs of the planted scripts (what ``stave.bench.doctor_estimates`` compares).
+"""Step timing for plain runs of the planted scripts (what ``benchmarks.doctor_estimates`` compares).
 
 Plain PyTorch has no notion of "a step's time", so each planted script calls :meth:`StepTimer.step`
 right after ``optimizer.step()``: a step then spans from the end of one optimizer step to the end

@@ -3,7 +3,7 @@
 :func:`run_ladder` climbs the rungs of :mod:`stave.bench.rungs` for a :class:`JobSpec` (a
 built-in workload from :mod:`stave.bench.workloads`, or the user's own through ``--job``), keeping
 a rung only when it is faster beyond the measured noise and its losses match the fp32 reference.
-The CLI is ``stave bench ladder`` / ``stave tune``; ``python -m stave.bench.run_all`` runs every
+The CLI is ``stave bench ladder`` / ``stave tune``; ``python -m benchmarks.run_all`` runs every
 benchmark of the project. Imports are lazy so ``import stave.bench`` stays cheap.
 """
 

@@ -44,11 +44,11 @@ class Watch:
         return stopped
 
     def result(self) -> Any:
-        """The diagnosis (a :class:`stave.analyze.result.DoctorResult`), computed once."""
+        """The diagnosis (a :class:`stave.doctor.result.DoctorResult`), computed once."""
         if self.record is None:
             raise RuntimeError("run.result()/report() must be called after the `with stave.watch()` block")
         if self._result is None:
-            from stave.diagnose.doctor import diagnose_records
+            from stave.doctor.diagnosis import diagnose_records
 
             self._result = diagnose_records([self.record])
         return self._result

@@ -183,7 +183,7 @@ class DoctorSession:
         if n <= 0:
             return
         if index == self.warmup - 1 and self._profile is None:
-            from stave.trace.profile_window import ProfileWindow
+            from stave.capture.profile_window import ProfileWindow
 
             # Its own directory: the stats directory is removed at stop(), before the caller reads
             # the trace, and the user keeps the raw trace to open in Perfetto or `stave trace`.

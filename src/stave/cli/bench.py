@@ -182,19 +182,19 @@ def _write_and_show(args: argparse.Namespace, result: Any) -> None:
     from stave.files import atomic_write_bytes, atomic_write_json, atomic_write_text
 
     if args.json:
-        from stave.bench.report_json import to_json
+        from stave.report.bench_json import to_json
 
         atomic_write_json(args.json, to_json(result))
     if args.html:
-        from stave.bench.report_html import ladder_html
+        from stave.report.bench_html import ladder_html
 
         atomic_write_text(args.html, ladder_html(result))
     if args.png:
-        from stave.bench.report_html import chart_png
+        from stave.report.bench_html import chart_png
 
         atomic_write_bytes(args.png, chart_png(result))
     if not args.quiet:
-        from stave.bench.report_table import ladder_report
+        from stave.report.bench_table import ladder_report
 
         # Piped output gets a fixed width wide enough for the reasons column (rich assumes 80).
         out = Console(highlight=False, width=None if sys.stdout.isatty() else TABLE_WIDTH)

@@ -130,7 +130,7 @@ def run_doctor(target: Any, args: argparse.Namespace) -> int:
 
     from stave.capture.runner import run_target
     from stave.capture.session import DoctorOptions, DoctorSession, StopRun
-    from stave.diagnose.doctor import diagnose_records
+    from stave.doctor.diagnosis import diagnose_records
     from stave.measure.record import RunInfo
     from stave.report.show import show_and_write
 
@@ -194,7 +194,7 @@ def _ending(outcome: Any) -> str:
 def _fold_trace(result: Any, trace_path: str) -> None:
     """Add the analysis of the trace captured with --profile-steps to the doctor's result."""
     from stave.diagnose.finding import rank_findings
-    from stave.trace import doctor_fold
+    from stave.doctor import trace_fold as doctor_fold
 
     analysis, findings = doctor_fold.analyze_for_doctor(trace_path)
     result.trace = analysis

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from stave.files import atomic_write_json, atomic_write_text
-    from stave.trace.report import analyze_paths
+    from stave.diagnose.trace_report import analyze_paths
 
     check_outputs((args.json, "--json"), (args.html, "--html"))
     err = Console(stderr=True)

@@ -5,7 +5,7 @@ pack it (as is, with ``--max-side 256``, and a ``--raw`` 32x32 set); write the s
 LMDB and HDF5; search torchvision ImageFolder + PIL over DataLoader configurations (every result
 reported); then measure all contenders interleaved (A B A B ...) for ``--rounds`` rounds and report
 the median images/s with its spread, CPU-seconds per image and peak RSS, and the goals of issue 4 as
-ratios taken within each round. Run it as ``stave bench data`` or ``python -m stave.data.benchmark``.
+ratios taken within each round. Run it as ``stave bench data``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
-import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +28,8 @@ from stave.data.bench_args import add_arguments
 from stave.device import cpu_model_name, usable_cores
 from stave.errors import UsageError
 from stave.files import atomic_write_json, check_writable
-from stave.report.bench_console import error_line
 
-__all__ = ["add_arguments", "main", "run"]
+__all__ = ["add_arguments", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -289,22 +287,3 @@ def _render(report: dict[str, Any], console: Console) -> None:
         status = "" if "goal" not in goal else f" (goal >= {goal['goal']}: {'met' if goal['met'] else 'NOT met'})"
         console.print(f"{name}: {goal['median']:.2f} [{goal['min']:.2f}-{goal['max']:.2f}]{status}")
 
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m stave.data.benchmark``: the same as ``stave bench data``."""
-    from stave.cli import configure_logging
-    from stave.errors import StaveError
-
-    parser = argparse.ArgumentParser(prog="python -m stave.data.benchmark", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    configure_logging(0)
-    try:
-        return run(args)
-    except StaveError as exc:
-        error_line(str(exc))
-        return exc.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,7 +19,7 @@ from typing import Callable
 import psutil
 
 from stave.analyze.breakdown import StepSummary
-from stave.analyze.result import DoctorResult, RankSummary
+from stave.doctor.result import DoctorResult, RankSummary
 from stave.dist import rundir
 from stave.dist.timing import rank_status
 from stave.dist.worker import DEFAULT_RECORD_INTERVAL_S
@@ -137,7 +137,7 @@ def collect(run_dir: str | Path, wait_s: float = 0.0, hostname: str | None = Non
 
 def merged_result(got: Collected) -> DoctorResult:
     """Diagnose the collected records together; missing ranks appear as rows with no measurements."""
-    from stave.diagnose.doctor import diagnose_records
+    from stave.doctor.diagnosis import diagnose_records
 
     result = diagnose_records(got.records, got.statuses)
     for rank in got.missing:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from stave.analyze.breakdown import summarize_steps
-from stave.analyze.result import DoctorResult, rank_summary
+from stave.doctor.result import DoctorResult, rank_summary
 from stave.diagnose.engine import run_rules
 from stave.diagnose.finding import rank_findings
 from stave.diagnose.inputs import DoctorInput

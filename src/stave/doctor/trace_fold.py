@@ -1,6 +1,6 @@
 """Fold the analysis of a ``--profile-steps`` trace into a doctor run.
 
-The doctor attaches the returned :class:`~stave.trace.report.TraceReport` to its result (the report
+The doctor attaches the returned :class:`~stave.diagnose.trace_report.TraceReport` to its result (the report
 renderers show it through :mod:`stave.report.trace_section`) and merges the findings, keeping its
 own finding where both produce the same ID (its measurements cover more steps).
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from stave.diagnose.finding import Finding
 from stave.errors import StaveError
-from stave.trace.report import TraceReport, analyze_paths
+from stave.diagnose.trace_report import TraceReport, analyze_paths
 
 log = logging.getLogger(__name__)
 

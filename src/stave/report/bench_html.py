@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stave.bench.report_table import rate_label, scaled_rate, summary_lines
+from stave.report.bench_table import rate_label, scaled_rate, summary_lines
 from stave.bench.result import BASELINE, KEPT, SKIPPED, LadderResult
 from stave.report.charts import Bars, to_png, to_svg
 from stave.report.html_page import esc, key_values, render_page, section, table

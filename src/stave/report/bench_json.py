@@ -123,5 +123,5 @@ def to_json(result: LadderResult) -> dict[str, Any]:
 
 def load_schema() -> dict[str, Any]:
     """The JSON Schema of ``stave.bench/1`` shipped with stave."""
-    text = resources.files("stave.bench").joinpath("schemas", SCHEMA_FILE).read_text(encoding="utf-8")
+    text = resources.files("stave.report").joinpath("schemas", SCHEMA_FILE).read_text(encoding="utf-8")
     return json.loads(text)

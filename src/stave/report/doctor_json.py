@@ -1,6 +1,6 @@
 """The doctor's JSON report, schema ``stave.doctor/1`` (documented in docs/schema.md).
 
-:func:`doctor_json` builds it from a :class:`~stave.analyze.result.DoctorResult`;
+:func:`doctor_json` builds it from a :class:`~stave.doctor.result.DoctorResult`;
 :func:`validate_doctor_json` checks an object against the shipped JSON Schema.
 """
 
@@ -10,12 +10,12 @@ import math
 import numbers
 from typing import Any
 
-from stave.analyze.result import DoctorResult, RankSummary, rank_summary
+from stave.doctor.result import DoctorResult, RankSummary, rank_summary
 from stave.diagnose.finding import rank_findings
 from stave.measure.record import RunRecord
 from stave.measure.serialize import to_dict
-from stave.report import doctor_sections as sec
-from stave.report.hooks import missing_trace_note, trace_renderer
+from stave.report import doctor_data as sec
+from stave.report.trace_section_lookup import missing_trace_note, trace_renderer
 from stave.report.schemas import schema_errors, validate_report
 
 SCHEMA = "stave.doctor/1"

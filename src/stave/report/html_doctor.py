@@ -10,15 +10,15 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from stave.analyze.result import DoctorResult
+from stave.doctor.result import DoctorResult
 from stave.diagnose.finding import rank_findings
 from stave.measure.steps import PHASES
 from stave.report import charts
-from stave.report import doctor_text as dt
+from stave.report import doctor_wording as dt
 from stave.report import html_page as hp
 from stave.report.doctor_json import doctor_json
 from stave.report.findings_view import findings_html
-from stave.report.hooks import missing_trace_note, trace_renderer
+from stave.report.trace_section_lookup import missing_trace_note, trace_renderer
 from stave.report.palette import PHASE_COLORS, PHASE_LABELS
 from stave.report.units import (
     NA,

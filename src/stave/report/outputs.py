@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from stave.analyze.result import DoctorResult
+from stave.doctor.result import DoctorResult
 from stave.files import atomic_write_json, atomic_write_text
 from stave.report.doctor_json import doctor_json, json_safe
 from stave.report.flamegraph import collapsed_stacks

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from stave.analyze.result import DoctorResult
+from stave.doctor.result import DoctorResult
 from stave.report.doctor_json import doctor_json
 from stave.report.outputs import write_doctor_outputs
 

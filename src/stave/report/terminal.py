@@ -16,14 +16,14 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from stave.analyze.result import DoctorResult
+from stave.doctor.result import DoctorResult
 from stave.diagnose.finding import rank_findings
 from stave.measure.steps import PHASES
-from stave.report import doctor_text as dt
-from stave.report import terminal_sections as ts
+from stave.report import doctor_wording as dt
+from stave.report import terminal_tables as ts
 from stave.report.doctor_json import doctor_json
 from stave.report.findings_view import findings_renderable
-from stave.report.hooks import trace_renderer
+from stave.report.trace_section_lookup import trace_renderer
 from stave.report.palette import PHASE_COLORS, PHASE_LABELS
 from stave.report.units import fmt_bar, fmt_ms, fmt_seconds, fmt_share, fmt_throughput
 

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stave.measure.steps import PHASES
-from stave.report import doctor_text as dt
+from stave.report import doctor_wording as dt
 from stave.report.palette import PHASE_COLORS, PHASE_LABELS
 from stave.report.units import NA, fmt_bar, fmt_bytes, fmt_count, fmt_rate, fmt_seconds, fmt_share, fmt_us, sig
 

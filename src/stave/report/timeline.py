@@ -16,7 +16,7 @@ from typing import Any, Iterable, Sequence
 
 from stave.measure.record import RunRecord
 from stave.measure.steps import MEASURED_PHASES
-from stave.report.doctor_sections import time_origin_ns
+from stave.report.doctor_data import time_origin_ns
 
 TIMELINE_FORMAT = "stave.timeline/1"
 

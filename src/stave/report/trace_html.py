@@ -13,7 +13,7 @@ from stave.report.findings_view import findings_html
 from stave.report.trace_terminal import PART_COLORS, TOP_ROWS
 from stave.report.units import fmt_byte_rate, fmt_bytes, fmt_ms, fmt_seconds, fmt_share
 from stave.trace.analysis import TraceAnalysis
-from stave.trace.report import TraceReport
+from stave.diagnose.trace_report import TraceReport
 
 # Steps drawn in the per-step chart; a trace of thousands of steps would make unreadable bars.
 MAX_CHART_STEPS = 400

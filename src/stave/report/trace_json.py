@@ -1,4 +1,4 @@
-"""The ``stave.trace/1`` JSON report of a :class:`~stave.trace.report.TraceReport`.
+"""The ``stave.trace/1`` JSON report of a :class:`~stave.diagnose.trace_report.TraceReport`.
 
 Every field is documented in docs/schema.md ("stave.trace/1"); the JSON Schema lives in
 ``stave/report/schemas/stave.trace-1.schema.json``. Times are seconds, sizes bytes, shares
@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from stave.trace.analysis import TraceAnalysis
-from stave.trace.report import TraceReport
+from stave.diagnose.trace_report import TraceReport
 
 TRACE_SCHEMA = "stave.trace/1"
 

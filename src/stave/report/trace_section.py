@@ -1,7 +1,7 @@
 """The trace section of a doctor report (``stave doctor --profile-steps N``).
 
-:mod:`stave.report.hooks` looks these three functions up; ``trace`` is the
-:class:`~stave.trace.report.TraceReport` the doctor attached to ``DoctorResult.trace``.
+:mod:`stave.report.trace_section_lookup` looks these three functions up; ``trace`` is the
+:class:`~stave.diagnose.trace_report.TraceReport` the doctor attached to ``DoctorResult.trace``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from rich.console import Console
 from stave.report.trace_html import trace_body_html
 from stave.report.trace_json import trace_json
 from stave.report.trace_terminal import trace_renderable
-from stave.trace.report import TraceReport
+from stave.diagnose.trace_report import TraceReport
 
 
 def to_json(trace: TraceReport) -> dict[str, Any]:

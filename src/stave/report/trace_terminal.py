@@ -16,7 +16,7 @@ from rich.text import Text
 from stave.report.findings_view import findings_renderable
 from stave.report.units import fmt_bar, fmt_byte_rate, fmt_bytes, fmt_ms, fmt_seconds, fmt_share
 from stave.trace.analysis import TraceAnalysis
-from stave.trace.report import TraceReport
+from stave.diagnose.trace_report import TraceReport
 
 # Width of the breakdown bars: a 100% part fills this many cells, leaving room for name, share
 # and time on an 80-column terminal.

@@ -15,7 +15,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from stave.bench.report_json import load_schema
+from stave.report.bench_json import load_schema
 from stave.cli import main
 
 REPO = Path(__file__).resolve().parents[3]

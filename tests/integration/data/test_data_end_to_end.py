@@ -40,7 +40,7 @@ def test_benchmark_quick_run_reports_every_pipeline(tmp_path: Path, python_exe: 
     pytest.importorskip("skimage", reason="the benchmark's image generator needs scikit-image (pip install 'stave[bench]')")
     out = tmp_path / "bench.json"
     done = subprocess.run(
-        [python_exe, "-m", "stave.data.benchmark", "--quick", "--workdir", str(tmp_path / "work"), "--json", str(out)],
+        [python_exe, "-m", "stave", "bench", "data", "--quick", "--workdir", str(tmp_path / "work"), "--json", str(out)],
         capture_output=True, text=True, env=stave_env, timeout=240,
     )
     assert done.returncode == 0, done.stderr[-2000:]

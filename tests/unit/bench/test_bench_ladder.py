@@ -19,7 +19,7 @@ from stave.bench import ladder as L
 from stave.bench import mfu as M
 from stave.bench.compare import Comparison, TimingPlan
 from stave.bench.ladder import LadderOptions, run_ladder
-from stave.bench.report_json import load_schema, to_json
+from stave.report.bench_json import load_schema, to_json
 from stave.bench.rungs import Plan, Rung, plan_autocast, plan_batch_size, plan_channels_last, plan_uint8
 from stave.bench.session import Window
 from stave.bench.settings import RunConfig
@@ -142,7 +142,7 @@ def test_fed_ratio_and_mfu_are_reported(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_ctrl_c_mid_climb_hands_over_the_rungs_measured_so_far(monkeypatch: pytest.MonkeyPatch) -> None:
-    from stave.bench.report_table import summary_lines
+    from stave.report.bench_table import summary_lines
     from stave.bench.result import LadderIncomplete
 
     patch_speed(monkeypatch, lambda c: 100.0 * (1.5 if c.uint8 else 1.0))

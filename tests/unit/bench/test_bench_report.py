@@ -11,9 +11,9 @@ import jsonschema
 import pytest
 from rich.console import Console
 
-from stave.bench.report_html import chart_png, ladder_chart, ladder_html
-from stave.bench.report_json import load_schema, to_json
-from stave.bench.report_table import ladder_report
+from stave.report.bench_html import chart_png, ladder_chart, ladder_html
+from stave.report.bench_json import load_schema, to_json
+from stave.report.bench_table import ladder_report
 from stave.bench.result import BASELINE, KEPT, REVERTED, SKIPPED, LadderResult, RungResult, Trial
 from stave.bench.settings import RunConfig
 

@@ -7,7 +7,7 @@ import random
 import pytest
 from dist_factory import StepShape, loader, record
 
-from stave.diagnose.doctor import diagnose_records
+from stave.doctor.diagnosis import diagnose_records
 from stave.diagnose.engine import registered_rules
 from stave.diagnose.rules import dist as rules
 from stave.dist.timing import rank_timing, rank_timings

@@ -76,7 +76,7 @@ def test_stop_does_not_wait_for_a_long_interval() -> None:
 
 
 def test_the_overhead_benchmark_runs_and_reports_each_pair() -> None:
-    from stave.monitor.overhead import measure
+    from benchmarks.monitor_overhead import measure
 
     result = measure("python", pairs=2, window_s=0.1, warmup_s=0.05)
     assert result.pairs == 2 and len(result.ratios) == 2

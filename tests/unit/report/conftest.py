@@ -8,7 +8,7 @@ import pytest
 from report_factory import SCRIPT, make_result
 
 from stave.analyze.breakdown import summarize_steps
-from stave.analyze.result import DoctorResult
+from stave.doctor.result import DoctorResult
 from stave.measure import RunInfo, RunRecord
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stave.analyze.breakdown import summarize_steps
-from stave.analyze.result import DoctorResult, rank_summary
+from stave.doctor.result import DoctorResult, rank_summary
 from stave.diagnose.finding import Finding, rank_findings
 from stave.measure import (
     ConfigSnapshot,

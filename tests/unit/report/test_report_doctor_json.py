@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from stave.analyze.result import DoctorResult
+from stave.doctor.result import DoctorResult
 from stave.diagnose.finding import Finding
 from stave.errors import FormatError
 from stave.measure.steps import PHASES
-from stave.report import doctor_sections as sec
+from stave.report import doctor_data as sec
 from stave.report.doctor_json import SCHEMA, doctor_json, doctor_json_errors, json_safe, validate_doctor_json
 
 
@@ -180,7 +180,7 @@ def test_stages_of_two_loaders_stay_apart(single_result) -> None:
 
 def test_a_missing_rank_is_a_row_of_nulls(result: DoctorResult) -> None:
     from stave.analyze.breakdown import StepSummary
-    from stave.analyze.result import RankSummary
+    from stave.doctor.result import RankSummary
 
     result.ranks.append(RankSummary(rank=2, hostname="", pid=0, status="missing", summary=StepSummary()))
     report = doctor_json(result)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from stave.analyze.result import DoctorResult
+from stave.doctor.result import DoctorResult
 from stave.report import hooks
 from stave.report.doctor_json import doctor_json, validate_doctor_json
 from stave.report.terminal import render_doctor

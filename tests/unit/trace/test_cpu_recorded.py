@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from stave.trace.analysis import analyze_trace
-from stave.trace.profile_window import ProfileWindow
+from stave.capture.profile_window import ProfileWindow
 
 STEPS = 4
 

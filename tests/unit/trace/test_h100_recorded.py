@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from stave.trace.report import analyze_paths
+from stave.diagnose.trace_report import analyze_paths
 
 H100 = Path(__file__).resolve().parents[2] / "data" / "traces" / "h100"
 

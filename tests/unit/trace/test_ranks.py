@@ -8,7 +8,7 @@ import pytest
 
 from stave.diagnose.rules.ranks import rank_imbalance, rank_straggler
 from stave.measure.ranks import RankTiming
-from stave.trace.report import analyze_paths
+from stave.diagnose.trace_report import analyze_paths
 from trace_synth import launched, op, step, write_trace
 
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"

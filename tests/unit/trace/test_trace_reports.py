@@ -18,7 +18,7 @@ from stave.report.schemas import schema_errors
 from stave.report.trace_html import trace_html
 from stave.report.trace_json import trace_json
 from stave.report.trace_terminal import render_trace
-from stave.trace.report import analyze_paths
+from stave.diagnose.trace_report import analyze_paths
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "traces"
 GOLDEN = Path(__file__).resolve().parent / "golden" / "two_steps_terminal.txt"
