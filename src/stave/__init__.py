@@ -14,7 +14,7 @@ __all__ = ["__version__", "watch"]
 def __getattr__(name: str):
     # Lazy: `import stave` must stay cheap (it runs inside the user's process and in loader workers).
     if name == "watch":
-        from stave.capture.api import watch
+        from stave.api import watch
 
         return watch
     raise AttributeError(f"module 'stave' has no attribute {name!r}")

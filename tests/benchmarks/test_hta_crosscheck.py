@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-FIXTURES = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "traces"
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "traces"
 GPU_FIXTURES = sorted(p.name for p in FIXTURES.glob("*.json.gz") if not p.name.startswith("cpu_only"))
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stave.bench import run_all
+from benchmarks import run_all
 
 
 def test_list_names_every_benchmark(capsys: pytest.CaptureFixture[str]) -> None:

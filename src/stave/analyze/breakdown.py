@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from stave.analyze.stats import median, percentile
-from stave.measure.steps import PHASES, StepRecord
+from stave.measure.steps import PHASES, StepRecord, step_time_s
 
 
 @dataclass
@@ -47,7 +47,7 @@ def summarize_steps(steps: Sequence[StepRecord]) -> StepSummary:
         return out
     durations = [s.duration_ns / 1e9 for s in counted]
     total_s = sum(durations)
-    out.step_time_median_s = median(durations)
+    out.step_time_median_s = step_time_s(durations)
     out.step_time_p90_s = percentile(durations, 90)
     out.step_time_mean_s = total_s / len(counted)
     out.step_time_min_s = min(durations)

@@ -9,7 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from stave.measure.record import RunRecord
 from stave.measure.stacks import StackProfile
+
+# A top-lines table longer than this is a profile dump, not a pointer to the line to change.
+REPORT_LINES_LIMIT = 15
 
 
 @dataclass(frozen=True)
@@ -61,3 +65,12 @@ def seconds_at_lines(
     counts = profile.line_counts(list(steps) if steps is not None else None)
     n = sum(c for frame, c in counts.items() if (frame.file, frame.line) in lines)
     return n * profile.interval_ns / 1e9
+
+
+def stack_window(record: RunRecord) -> tuple[set[int] | None, str]:
+    """Which steps the stack statistics cover: the counted steps (``"counted_steps"``), or the
+    whole run (``None``, ``"run"``) if none of the counted steps has samples."""
+    counted = {s.index for s in record.counted_steps()}
+    if counted and any(row[1] in counted for row in record.stacks.samples):
+        return counted, "counted_steps"
+    return None, "run"

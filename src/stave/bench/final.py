@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import platform
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable, Protocol
 
 import torch
 
@@ -18,13 +18,29 @@ from stave.bench import compare as cmp
 from stave.bench import mfu as mfu_mod
 from stave.bench.code import tune_code
 from stave.bench.losscheck import INPUT_STAT_TOL, LOSS_NOISE_FACTOR, OUTPUT_REL_TOL
-from stave.bench.result import LadderResult, Trial
+from stave.bench.result import LadderResult, RungResult, Trial
 from stave.bench.session import Session, build_model
 from stave.bench.settings import RunConfig
+from stave.bench.spec import JobSpec
 from stave.errors import StaveError
 
-if TYPE_CHECKING:
-    from stave.bench.ladder import Climb
+
+class Climb(Protocol):
+    """What the end of a climb reads of :class:`stave.bench.ladder.Climb` (declared here, so this
+    module does not import the ladder that imports it)."""
+
+    spec: JobSpec
+    options: Any
+    progress: Callable[[str], None]
+    device: torch.device
+    machine: dict[str, Any]
+    initial_state: dict[str, torch.Tensor]
+    image_inputs: bool
+    baseline: RunConfig
+    x_of: dict[RunConfig, float]
+    results: list[RungResult]
+
+    def session(self, config: RunConfig) -> Session: ...
 
 
 def machine_facts(device: torch.device) -> dict[str, Any]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from stave.cli.doctor import add_doctor_options, run_doctor
+from stave.cli.doctor import run_doctor
+from stave.cli.doctor_args import add_doctor_options
 
 DEFAULT_STEPS = 25
 DEFAULT_OUT = "stave-out/demo"

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from stave.cli.common import check_outputs, fails_on
+from stave.cli.doctor_args import Progress, target_from, validate
 from stave.errors import UsageError
 
 # Rank 0 (or the launcher on the first node) waits this long for the other ranks' final records:
@@ -102,9 +103,7 @@ def run_distributed(args: argparse.Namespace, mode: str) -> int:
 
 
 def _validate(args: argparse.Namespace, mode: str) -> None:
-    from stave.cli.doctor import _validate as validate_doctor
-
-    validate_doctor(args)
+    validate(args)
     if getattr(args, "profile_steps", 0):
         raise UsageError("--profile-steps is for one process; for several ranks record a torch.profiler trace per "
                          "rank and run `stave trace DIR`")
@@ -159,7 +158,8 @@ def _exit_code(got: Any, result: Any, args: argparse.Namespace,
 
 def _merge_and_show(run_dir: Path, wait_s: float, args: argparse.Namespace,
                     failures: dict[int, tuple[int, str]] | None = None) -> int:
-    from stave.dist.merge import collect, merged_result
+    from stave.dist.merge import collect
+    from stave.doctor.facade import merged_result
 
     got = collect(run_dir, wait_s=wait_s)
     result = merged_result(got)
@@ -191,10 +191,10 @@ def _worker_argv(args: argparse.Namespace, run_dir: Path, target: Any) -> list[s
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from stave.cli.doctor import _target_from
     from stave.dist import rundir
     from stave.dist.launch import LaunchOptions, launch
-    from stave.dist.merge import collect, collect_once, merged_result
+    from stave.dist.merge import collect, collect_once
+    from stave.doctor.facade import merged_result
 
     opts = LaunchOptions(
         nproc_per_node=str(args.nproc_per_node), nnodes=args.nnodes, node_rank=args.node_rank,
@@ -202,7 +202,7 @@ def _launch(args: argparse.Namespace) -> int:
         rdzv_conf=args.rdzv_conf, master_addr=args.master_addr, master_port=args.master_port,
         max_restarts=args.max_restarts, standalone=args.standalone,
     )
-    target = _target_from(args)
+    target = target_from(args)
     target.check()
     _outputs(args)
     named_rdzv = args.rdzv_id not in (None, "", "none")
@@ -250,14 +250,13 @@ def _merges_here(got: Any, launch_id: str, node_rank: int | None) -> bool:
 
 
 def _rank(args: argparse.Namespace) -> int:
-    from stave.cli.doctor import _Progress, _target_from
     from stave.dist import rundir
     from stave.dist.env import detect
-    from stave.dist.worker import run_rank
+    from stave.doctor.rank import run_rank
 
     env = detect()
     assert env is not None
-    target = _target_from(args)
+    target = target_from(args)
     target.check()
     merging = env.rank == 0 and not args.no_merge
     if merging:
@@ -270,7 +269,7 @@ def _rank(args: argparse.Namespace) -> int:
         command = escape(f"{target.name} {' '.join(target.args)}".rstrip())  # the user's text, not markup
         err.print(f"[bold]stave doctor[/]: rank 0 of {env.world_size}: running {command}; records in "
                   f"{escape(str(run_dir))}", highlight=False, soft_wrap=True)
-    progress = _Progress(err) if env.rank == 0 and not quiet else None
+    progress = Progress(err) if env.rank == 0 and not quiet else None
     run = run_rank(target, env, run_dir, steps=args.steps, warmup=args.warmup, probes=not args.no_probes,
                    record_interval_s=args.record_interval, on_step=progress)
     if not merging:

@@ -30,7 +30,6 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from stave.capture.steps import StepTracker
 from stave.device import Mark, StepClock
 from stave.measure.dist import DistInfo
 from stave.measure.steps import StepRecord
@@ -97,9 +96,8 @@ class CommTimer:
     (retroactively), so while it runs the current step's index is not yet certain.
     """
 
-    def __init__(self, clock: StepClock, tracker: StepTracker, info: DistInfo) -> None:
+    def __init__(self, clock: StepClock, info: DistInfo) -> None:
         self.clock = clock
-        self.tracker = tracker
         self.info = info
         self.active = True
         self._round: list[list[Any]] | None = None

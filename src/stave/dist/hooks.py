@@ -38,7 +38,7 @@ class DistHooks:
     def install(self, session: Any) -> None:
         """Start measuring: patch DDP and the DataLoader's sampler access."""
         self._session = session
-        self.timer = CommTimer(session.clock, session.tracker, self.info)
+        self.timer = CommTimer(session.clock, self.info)
         self._patches = DDPPatches(self.timer)
         self._patches.install()
         self._recorder = IndexRecorder(self._loader_info)

@@ -1,4 +1,4 @@
-"""Merge the ranks' records of a run directory into one diagnosis.
+"""Collect the ranks' records of a run directory (the doctor diagnoses them: :func:`stave.doctor.facade.merged_result`).
 
 A rank's status comes from its record: the script's ending when the rank wrote its final record
 ("ok", "crashed", "interrupted"), else "killed" when its process is gone (same host: the pid is
@@ -18,12 +18,10 @@ from typing import Callable
 
 import psutil
 
-from stave.analyze.breakdown import StepSummary
-from stave.doctor.result import DoctorResult, RankSummary
 from stave.dist import rundir
-from stave.dist.timing import rank_status
 from stave.dist.worker import DEFAULT_RECORD_INTERVAL_S
 from stave.errors import InputError
+from stave.measure.ranks import rank_status
 from stave.measure.record import RunRecord
 
 log = logging.getLogger(__name__)
@@ -134,14 +132,3 @@ def collect(run_dir: str | Path, wait_s: float = 0.0, hostname: str | None = Non
                          "are included; merge again when they end (stave doctor --merge DIR)")
     return got
 
-
-def merged_result(got: Collected) -> DoctorResult:
-    """Diagnose the collected records together; missing ranks appear as rows with no measurements."""
-    from stave.doctor.diagnosis import diagnose_records
-
-    result = diagnose_records(got.records, got.statuses)
-    for rank in got.missing:
-        result.ranks.append(RankSummary(rank=rank, hostname="", pid=0, status="missing", summary=StepSummary()))
-    result.ranks.sort(key=lambda r: r.rank)
-    result.notes.extend(n for n in got.notes if n not in result.notes)
-    return result

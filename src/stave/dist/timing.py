@@ -1,6 +1,7 @@
 """Reduce per-rank doctor records to :class:`~stave.measure.ranks.RankTiming` for the rank rules.
 
-Per rank, means over its counted steps (seconds per step):
+Per rank, the step time (:func:`stave.measure.steps.step_time_s`, the median, as from a trace) and
+means over its counted steps (seconds per step):
 
 - ``collective_wait_s``: time waiting for DDP's gradient all-reduce after this rank's own backward
   compute was done (``StepRecord.comm_wait_ns``; see :mod:`stave.dist.comm`);
@@ -16,17 +17,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from stave.measure.ranks import RankTiming
+from stave.measure.ranks import RankTiming, rank_status
 from stave.measure.record import RunRecord
-
-# A rank's record says how its script ended (RunInfo.stopped_by); the merge adds "killed" and
-# "running" for ranks whose process died or is still going without a final record.
-_STATUS = {"error": "crashed", "interrupt": "interrupted", "killed": "killed", "running": "running"}
-
-
-def rank_status(record: RunRecord) -> str:
-    """"ok", "crashed", "interrupted", "killed" or "running", from the record's ending."""
-    return _STATUS.get(record.run.stopped_by, "ok")
+from stave.measure.steps import step_time_s
 
 
 def _peak(values: list[int | None]) -> int | None:
@@ -58,7 +51,7 @@ def rank_timing(record: RunRecord) -> RankTiming:
         return sum(values) / n / 1e9
 
     comm = [s.comm_wait_ns for s in counted]
-    timing.step_time_s = mean_s([s.duration_ns for s in counted])
+    timing.step_time_s = step_time_s(s.duration_ns / 1e9 for s in counted)
     timing.collective_wait_s = mean_s(comm)
     timing.data_wait_s = mean_s([s.data_wait_ns for s in counted])
     timing.compute_s = mean_s([max(0, s.forward_ns + s.backward_ns + s.optimizer_ns - s.comm_wait_ns) for s in counted])

@@ -1,4 +1,5 @@
-"""One rank's doctor run: the ordinary doctor session, recording into the run directory.
+"""What a rank needs around its doctor run (:func:`stave.doctor.rank.run_rank`): SIGTERM handling
+and tearing the process group down.
 
 Each rank runs the user's script in-process under a :class:`~stave.capture.session.DoctorSession`
 that rewrites the rank's record atomically every ``record_interval_s`` (and once at start), so a
@@ -15,37 +16,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
-import socket
 import threading
-from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType
-from typing import Any, Callable, Iterator
+from typing import Iterator
 
-from stave.capture.runner import Outcome, Target, run_target
-from stave.capture.session import DoctorOptions, DoctorSession, StopRun
-from stave.dist import rundir
-from stave.dist.env import DistEnv
-from stave.dist.hooks import DistHooks
-from stave.measure.record import RunInfo, RunRecord
 
 log = logging.getLogger(__name__)
 
 # torchrun waits 30 s after its SIGTERM before it kills; a rank rewrites its record at least this
 # often (seconds), so even a rank killed outright has lost at most this much of its measurements.
 DEFAULT_RECORD_INTERVAL_S = 10.0
-
-
-@dataclass
-class RankRun:
-    """How one rank's run went."""
-
-    record: RunRecord
-    outcome: Outcome
-    record_path: Path
-    terminated: bool = False
 
 
 class _Sigterm:
@@ -91,55 +72,3 @@ def shutdown_process_group() -> bool:
     except RuntimeError as exc:  # a peer is already gone: the group is unusable either way
         log.info("destroying the process group: %s", exc)
     return True
-
-
-def run_rank(
-    target: Target,
-    env: DistEnv,
-    run_dir: Path,
-    steps: int | None = None,
-    warmup: int | None = None,
-    probes: bool = True,
-    record_interval_s: float = DEFAULT_RECORD_INTERVAL_S,
-    on_step: Callable[[int, Any], None] | None = None,
-) -> RankRun:
-    """Run ``target`` as rank ``env.rank`` under the doctor; the final record is in ``run_dir``."""
-    path = rundir.record_path(run_dir, env.rank)
-    options = DoctorOptions(
-        steps=steps,
-        warmup=warmup,
-        # The probes measure the machine; one rank per node runs them after the script, when the
-        # node's other ranks are idle, so they do not disturb each other.
-        probes=probes and env.local_rank == 0,
-        record_path=str(path),
-        record_interval_s=record_interval_s,
-    )
-    run_info = RunInfo(
-        script=target.name,
-        args=list(target.args),
-        module=target.module,
-        rank=env.rank,
-        local_rank=env.local_rank,
-        world_size=env.world_size,
-        # Known now, so even the first periodic record says who and where this rank is.
-        hostname=socket.gethostname(),
-        pid=os.getpid(),
-    )
-    hooks = DistHooks(env, record_interval_s)
-    session = DoctorSession(options, run_info, on_step=on_step, attachments=[hooks])
-    outcome = Outcome(1, "error", "the doctor stopped before the script ran")
-    with sigterm_interrupts() as sigterm:
-        session.start()
-        try:
-            outcome = run_target(target, StopRun)
-        finally:
-            sigterm.armed = False
-            shutdown_process_group()
-            # The outcome goes into the run info before stop(), which writes the final record.
-            session.run.script_exit_code = outcome.exit_code
-            session.run.stopped_by = outcome.stopped_by
-            session.run.error = outcome.error
-            if sigterm.fired and outcome.stopped_by == "interrupt":
-                session.run.error = "terminated by SIGTERM (the launcher stops the other ranks when one fails)"
-            record = session.stop()
-    return RankRun(record, outcome, path, terminated=sigterm.fired)

@@ -1,14 +1,19 @@
-"""The doctor's facade: measurements in, a :class:`DoctorResult` (summary + ranked findings) out."""
+"""The doctor's diagnosis: records in (one per rank), a :class:`DoctorResult` (summary + ranked findings) out.
+
+:func:`diagnose_records` runs the doctor's rules on the primary record and, with several ranks, the
+rank rules. The facade (:mod:`stave.doctor.facade`) calls it; nothing else composes the doctor's rules.
+"""
 
 from __future__ import annotations
 
 from typing import Sequence
 
 from stave.analyze.breakdown import summarize_steps
-from stave.doctor.result import DoctorResult, rank_summary
 from stave.diagnose.engine import run_rules
 from stave.diagnose.finding import rank_findings
 from stave.diagnose.inputs import DoctorInput
+from stave.dist.timing import rank_timings
+from stave.doctor.result import DoctorResult, rank_summary
 from stave.measure.record import RunRecord
 
 
@@ -28,8 +33,6 @@ def diagnose_records(records: Sequence[RunRecord], statuses: Sequence[str | None
     statuses = list(statuses) if statuses is not None else [None] * len(ordered)
     ranks = [rank_summary(r, s) for r, s in zip(ordered, statuses)]
     if len(ordered) > 1:
-        from stave.dist.timing import rank_timings  # per-rank reduction lives with the distributed code
-
         findings = rank_findings(
             findings + run_rules("ranks", rank_timings(ordered), notes) + run_rules("records", list(ordered), notes)
         )
@@ -41,3 +44,4 @@ def diagnose_records(records: Sequence[RunRecord], statuses: Sequence[str | None
         rank_records=list(ordered),
         notes=notes,
     )
+

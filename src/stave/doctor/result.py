@@ -1,7 +1,9 @@
 """The doctor's result: what the report renderers (terminal, JSON, HTML) take as input.
 
-Analysis builds it from one or more :class:`~stave.measure.record.RunRecord` (one per rank) and
-the findings; renderers only read it.
+The doctor facade (:mod:`stave.doctor.facade`) builds it from one or more
+:class:`~stave.measure.record.RunRecord` (one per rank) and the findings. What the renderers need
+beyond the records (the step summary, the loader's per-sample costs, the hot lines) is computed
+here once; renderers only read it.
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stave.analyze.breakdown import StepSummary, summarize_steps
+from stave.analyze.hotlines import REPORT_LINES_LIMIT, HotLine, hot_lines, stack_window
+from stave.analyze.pipeline import PipelineSummary, summarize_pipeline
 from stave.diagnose.finding import Finding
+from stave.measure.ranks import rank_status
 from stave.measure.record import RunRecord
 
 
@@ -42,6 +47,15 @@ class DoctorResult:
     rank_records: list[RunRecord] = field(default_factory=list)
     trace: Any = None
     notes: list[str] = field(default_factory=list)
+    # Derived from ``record`` on creation, once: what the renderers show beside the step summary.
+    pipeline: PipelineSummary | None = field(init=False, default=None)
+    stack_steps: set[int] | None = field(init=False, default=None)
+    hot_lines: list[HotLine] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.pipeline = summarize_pipeline(self.record)
+        self.stack_steps, _window = stack_window(self.record)
+        self.hot_lines = hot_lines(self.record.stacks, steps=self.stack_steps, limit=REPORT_LINES_LIMIT)
 
 
 def rank_summary(record: RunRecord, status: str | None = None) -> RankSummary:
@@ -49,7 +63,7 @@ def rank_summary(record: RunRecord, status: str | None = None) -> RankSummary:
     rss = [s.rss_bytes for s in record.host if s.rss_bytes is not None]
     cuda = [s.cuda_peak_bytes for s in record.host if s.cuda_peak_bytes is not None]
     if status is None:
-        status = {"error": "crashed", "interrupt": "interrupted"}.get(record.run.stopped_by, "ok")
+        status = rank_status(record)
     return RankSummary(
         rank=record.run.rank,
         hostname=record.run.hostname,

@@ -9,6 +9,22 @@ one that waits least inside it, which holds whatever the clock offsets between n
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # measure/record.py is a sibling; only the annotation needs it
+    from stave.measure.record import RunRecord
+
+# A rank's record says how its script ended (RunInfo.stopped_by); the merge adds "killed" and
+# "running" for ranks whose process died or is still going without a final record.
+_STATUS = {"error": "crashed", "interrupt": "interrupted", "killed": "killed", "running": "running"}
+
+
+def rank_status(record: "RunRecord") -> str:
+    """"ok", "crashed", "interrupted", "killed" or "running", from the record's ending.
+
+    The one rank status: the merge, the per-rank timings and the doctor's rank rows all read it.
+    """
+    return _STATUS.get(record.run.stopped_by, "ok")
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import types
 import typing
 from typing import Any, TypeVar
@@ -96,3 +97,38 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
             raise FormatError(f"{where}: expected a list")
         return value
     return value
+
+
+def json_safe(obj: Any, digits: int | None = None) -> Any:
+    """Plain JSON types only: non-finite floats become ``None``, numpy/torch scalars and arrays
+    Python numbers and lists, tuples and sets lists, keys strings; anything else its ``str``.
+
+    The one JSON sanitizer of stave (reports, trace JSON, the ladder's JSON, finding evidence).
+    ``digits``: floats rounded to that many significant digits (evidence), else kept exact.
+    """
+    kind = type(obj)
+    # Exact-type fast paths first: a long run's report holds hundreds of thousands of numbers.
+    if kind is float:
+        if not math.isfinite(obj):
+            return None
+        return obj if digits is None else float(f"{obj:.{digits}g}")
+    if obj is None or kind is int or kind is str or kind is bool:
+        return obj
+    if isinstance(obj, (str, bool)):
+        return obj
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v, digits) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v, digits) for v in obj]
+    if isinstance(obj, (set, frozenset)):
+        return [json_safe(v, digits) for v in sorted(obj, key=str)]
+    if isinstance(obj, numbers.Integral):
+        return int(obj)
+    if isinstance(obj, numbers.Real):
+        return json_safe(float(obj), digits)
+    if getattr(obj, "shape", None) == () and hasattr(obj, "item"):
+        # A numpy scalar or 0-d tensor that slipped into evidence: its Python value.
+        return json_safe(obj.item(), digits)
+    if hasattr(obj, "tolist"):
+        return json_safe(obj.tolist(), digits)
+    return str(obj)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 # The phases of a training step, in the order they usually run. ``other`` is what remains of the
 # step after the measured phases; it is computed, never measured directly.
@@ -74,3 +75,18 @@ class StepRecord:
     def counted(self) -> bool:
         """True when the step enters the statistics (not warm-up, not slowed by a profiler or counter)."""
         return not (self.warmup or self.profiled or self.flop_counted)
+
+
+def step_time_s(durations_s: Iterable[float]) -> float:
+    """stave's step time: the median of per-step durations in seconds; 0.0 for no steps.
+
+    The one statistic behind every "step time" stave reports (doctor summary, progress line, trace
+    analysis, per-rank timings). A median, not a mean: one step that paid a one-off cost (a
+    checkpoint, a recompile) moves a mean but not the step the user pays for every time.
+    """
+    values = sorted(durations_s)
+    n = len(values)
+    if n == 0:
+        return 0.0
+    mid = n // 2
+    return float(values[mid]) if n % 2 else (values[mid - 1] + values[mid]) / 2.0

@@ -8,21 +8,19 @@ NaN) become ``null`` too, since JSON has no NaN.
 from __future__ import annotations
 
 import json
-import math
 from importlib import resources
 from typing import Any
 
 from stave.bench.result import LadderResult, RungResult, Trial
+from stave.measure.serialize import json_safe
 
 SCHEMA = "stave.bench/1"
 SCHEMA_FILE = "stave.bench-1.schema.json"
 
 
 def _num(value: float | None) -> float | None:
-    if value is None:
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
+    """A measured number as a JSON float (the schema's numbers are floats), ``None`` if absent or not finite."""
+    return None if value is None else json_safe(float(value))
 
 
 def _tokens(rate: float | None, result: LadderResult) -> float | None:

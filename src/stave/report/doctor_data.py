@@ -16,8 +16,8 @@ from typing import Any, Iterable, Sequence
 
 from stave.analyze.breakdown import StepSummary
 from stave.analyze.host import samples_in_counted_steps
-from stave.analyze.hotlines import hot_lines
-from stave.analyze.pipeline import summarize_pipeline
+from stave.analyze.hotlines import HotLine
+from stave.analyze.pipeline import PipelineSummary
 from stave.measure.host import HostSample
 from stave.measure.record import RunRecord
 from stave.measure.serialize import to_dict
@@ -26,9 +26,6 @@ from stave.measure.steps import PHASES
 # A one-hour run sampled at 10 Hz has 36,000 host samples; no plot or reader resolves more than a
 # few thousand points, and the JSON stays a few MB. Longer series are averaged in equal groups.
 MAX_UTILIZATION_POINTS = 3600
-
-# A top-lines table longer than this is a profile dump, not a pointer to the line to change.
-HOT_LINES_LIMIT = 15
 
 # HostSample fields that are not readings of a counter.
 _HOST_NON_COUNTERS = ("t_ns", "step")
@@ -226,8 +223,10 @@ def _per(num: float | None, den: float) -> float | None:
     return None if num is None or not den else num / den
 
 
-def data_pipeline_section(record: RunRecord) -> dict[str, Any]:
+def data_pipeline_section(record: RunRecord, pipe: PipelineSummary | None) -> dict[str, Any]:
     """Loader stages (seconds per sample), per-worker accounts and their I/O counters.
+
+    ``pipe`` is the main loader's summary the doctor computed (``DoctorResult.pipeline``).
 
     Stages are summed over the workers of a loader (``where`` = "workers"); the main process's
     own stages (worker_id -1, when ``num_workers=0``) are "main".
@@ -292,13 +291,12 @@ def data_pipeline_section(record: RunRecord) -> dict[str, Any]:
                 "alive_s": w.alive_ns / 1e9,
             }
         )
-    return {"stages": stages, "workers": workers, "io": _io_totals(record)}
+    return {"stages": stages, "workers": workers, "io": _io_totals(pipe)}
 
 
-def _io_totals(record: RunRecord) -> dict[str, Any] | None:
+def _io_totals(pipe: PipelineSummary | None) -> dict[str, Any] | None:
     """The main loader's cost and I/O per sample, as the input-pipeline rules see it
     (:func:`stave.analyze.pipeline.summarize_pipeline`); ``None`` when no worker reported."""
-    pipe = summarize_pipeline(record)
     if pipe is None:
         return None
     return {
@@ -333,24 +331,15 @@ def device_section(record: RunRecord) -> dict[str, Any]:
 # --- hot lines -----------------------------------------------------------------------------------
 
 
-def stack_window(record: RunRecord) -> tuple[set[int] | None, str]:
-    """Which steps the stack statistics cover: the counted steps, or the whole run if none has samples."""
-    counted = counted_indices(record)
-    if counted and any(row[1] in counted for row in record.stacks.samples):
-        return counted, "counted_steps"
-    return None, "run"
-
-
-def hot_lines_section(record: RunRecord, limit: int = HOT_LINES_LIMIT) -> list[dict[str, Any]]:
+def hot_lines_section(record: RunRecord, lines: Sequence[HotLine], steps: set[int] | None) -> list[dict[str, Any]]:
     """The user's source lines that the main thread's stack samples fell on most, with their phase.
 
-    Ranking and shares are :func:`stave.analyze.hotlines.hot_lines` (what the rules cite): time
-    inside torch or another library is charged to the user's line that called it, and ``share``
-    is over all samples in the window. Each line adds the phases it ran in and its source text.
+    ``lines`` and ``steps`` are what the doctor computed (``DoctorResult.hot_lines`` /
+    ``stack_steps``, ranked by :func:`stave.analyze.hotlines.hot_lines`, as the rules cite them):
+    time inside torch or another library is charged to the user's line that called it, and
+    ``share`` is over all samples in the window. Each line adds the phases it ran in and its source text.
     """
     profile = record.stacks
-    steps, _window = stack_window(record)
-    lines = hot_lines(profile, steps=steps, limit=limit)
     if not lines:
         return []
     phases = sorted({str(row[2]) for row in profile.samples if row[2] is not None})

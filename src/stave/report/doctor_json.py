@@ -6,14 +6,12 @@
 
 from __future__ import annotations
 
-import math
-import numbers
 from typing import Any
 
 from stave.doctor.result import DoctorResult, RankSummary, rank_summary
 from stave.diagnose.finding import rank_findings
 from stave.measure.record import RunRecord
-from stave.measure.serialize import to_dict
+from stave.measure.serialize import json_safe, to_dict
 from stave.report import doctor_data as sec
 from stave.report.trace_section_lookup import missing_trace_note, trace_renderer
 from stave.report.schemas import schema_errors, validate_report
@@ -34,7 +32,7 @@ def doctor_json(result: DoctorResult) -> dict[str, Any]:
     if trace_note:
         notes.append(trace_note)
     summary = sec.summary_section(result.summary, record)
-    summary["stack_samples"] = record.stacks.sample_count(sec.stack_window(record)[0])
+    summary["stack_samples"] = record.stacks.sample_count(result.stack_steps)
     summary["stack_interval_s"] = record.stacks.interval_ns / 1e9 if record.stacks.interval_ns else None
     report = {
         "schema": SCHEMA,
@@ -44,9 +42,9 @@ def doctor_json(result: DoctorResult) -> dict[str, Any]:
         "ranks": ranks_section(result, summary["utilization"]),
         "steps": sec.steps_section(record, origin),
         "utilization": sec.utilization_section(record, origin),
-        "data_pipeline": sec.data_pipeline_section(record),
+        "data_pipeline": sec.data_pipeline_section(record, result.pipeline),
         "device": sec.device_section(record),
-        "hot_lines": sec.hot_lines_section(record),
+        "hot_lines": sec.hot_lines_section(record, result.hot_lines, result.stack_steps),
         "probes": sec.seconds_keys(to_dict(record.probes)),
         "findings": [f.to_dict() for f in rank_findings(list(result.findings))],
         "notes": notes,
@@ -78,36 +76,6 @@ def ranks_section(result: DoctorResult, main_utilization: dict[str, Any] | None 
         body["peak_cuda_bytes"] = rs.peak_cuda_bytes if rs.peak_cuda_bytes is not None else body["peak_cuda_bytes"]
         rows.append({"rank": rs.rank, "hostname": rs.hostname, "pid": rs.pid, "status": rs.status, **body})
     return rows
-
-
-def json_safe(obj: Any) -> Any:
-    """Plain JSON types only: non-finite floats become ``None``, numpy/torch scalars and arrays
-    Python numbers and lists, tuples and sets lists, keys strings; anything else its ``str``."""
-    kind = type(obj)
-    # Exact-type fast paths first: a long run's report holds hundreds of thousands of numbers.
-    if kind is float:
-        return obj if math.isfinite(obj) else None
-    if obj is None or kind is int or kind is str or kind is bool:
-        return obj
-    if isinstance(obj, (str, bool)):
-        return obj
-    if isinstance(obj, dict):
-        return {str(k): json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    if isinstance(obj, (set, frozenset)):
-        return [json_safe(v) for v in sorted(obj, key=str)]
-    if isinstance(obj, numbers.Integral):
-        return int(obj)
-    if isinstance(obj, numbers.Real):
-        value = float(obj)
-        return value if math.isfinite(value) else None
-    if getattr(obj, "shape", None) == () and hasattr(obj, "item"):
-        # A numpy scalar or 0-d tensor that slipped into evidence: its Python value.
-        return json_safe(obj.item())
-    if hasattr(obj, "tolist"):
-        return json_safe(obj.tolist())
-    return str(obj)
 
 
 def doctor_json_errors(obj: Any) -> list[str]:

@@ -62,7 +62,7 @@ def doctor_html(result: DoctorResult, report: dict[str, Any] | None = None) -> s
         hot_lines_html(report),
         ranks_html(report),
         hp.section(f"Findings ({len(result.findings)})", findings_html(rank_findings(list(result.findings)))),
-        trace_html(result),
+        trace_section_html(result),
         notes_html(report["notes"], missing_trace_note(result.trace, "render_html")),
     ]
     return hp.render_page(f"stave doctor: {name}", "\n".join(b for b in body if b))
@@ -210,7 +210,7 @@ def ranks_html(report: dict[str, Any]) -> str:
     return hp.section(f"Ranks ({len(ranks)})", hp.table(headers, rows, numeric=tuple(range(3, 15))))
 
 
-def trace_html(result: DoctorResult) -> str:
+def trace_section_html(result: DoctorResult) -> str:
     """The profiler-trace section, when the trace report provides an HTML renderer."""
     render = trace_renderer("render_html") if result.trace is not None else None
     return hp.section("Profiler trace", render(result.trace)) if render is not None else ""

@@ -14,7 +14,8 @@ from typing import Any
 
 from stave.doctor.result import DoctorResult
 from stave.files import atomic_write_json, atomic_write_text
-from stave.report.doctor_json import doctor_json, json_safe
+from stave.measure.serialize import json_safe
+from stave.report.doctor_json import doctor_json
 from stave.report.flamegraph import collapsed_stacks
 from stave.report.timeline import timeline_json, timeline_json_ranks
 

@@ -8,26 +8,13 @@ fractions in [0, 1]; a value the trace does not provide is ``null``.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 from stave.trace.analysis import TraceAnalysis
+from stave.measure.serialize import json_safe
 from stave.diagnose.trace_report import TraceReport
 
 TRACE_SCHEMA = "stave.trace/1"
-
-
-def _clean(value: Any) -> Any:
-    """JSON-safe copy: non-finite floats become null, numpy scalars plain numbers."""
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def trace_entry(t: TraceAnalysis) -> dict[str, Any]:
@@ -111,7 +98,7 @@ def trace_json(report: TraceReport) -> dict[str, Any]:
         for t in report.traces
         for s in t.steps
     ]
-    return _clean(
+    return json_safe(
         {
             "schema": TRACE_SCHEMA,
             "traces": [trace_entry(t) for t in report.traces],

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from stave.analyze.stats import median, percentile
+from stave.analyze.stats import percentile
+from stave.measure.steps import step_time_s
 from stave.trace import intervals as iv
 from stave.trace.breakdown import StepBreakdown, cpu_breakdown, gpu_breakdown, kernel_groups, name_mask
 from stave.trace.gpu import GpuSummary, analyze_gpu
@@ -132,7 +133,7 @@ def analyze_data(data: TraceData, order: int = 0) -> TraceAnalysis:
         parts=breakdown.parts,
         breakdown_share=breakdown.shares(),
         breakdown_mean_s=breakdown.mean_s(),
-        step_time_median_s=median(durations),
+        step_time_median_s=step_time_s(durations),
         step_time_mean_s=sum(durations) / len(durations) if durations else 0.0,
         step_time_p90_s=percentile(durations, 90),
         memory_peak_bytes=dict(data.memory_peak_bytes),

@@ -16,7 +16,6 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from stave.capture.session import DoctorOptions, DoctorSession
-from stave.capture.steps import StepTracker
 from stave.device import Mark, StepClock
 from stave.dist.comm import CommTimer, DDPPatches, place_by_time
 from stave.dist.env import DistEnv
@@ -42,7 +41,7 @@ def group() -> Iterator[None]:
 @pytest.fixture
 def patched() -> Iterator[tuple[CommTimer, DDPPatches]]:
     clock = StepClock("cpu")
-    timer = CommTimer(clock, StepTracker(clock), DistInfo())
+    timer = CommTimer(clock, DistInfo())
     patches = DDPPatches(timer)
     patches.install()
     try:
@@ -150,7 +149,7 @@ def test_unused_parameter_search_is_timed_and_unused_parameters_counted(group: N
 def test_uninstall_restores_ddp() -> None:
     before = (DDP.__init__, DDP.register_comm_hook, DDP._post_forward)
     clock = StepClock("cpu")
-    patches = DDPPatches(CommTimer(clock, StepTracker(clock), DistInfo()))
+    patches = DDPPatches(CommTimer(clock, DistInfo()))
     patches.install()
     assert DDP.__init__ is not before[0]
     patches.uninstall()
@@ -199,7 +198,7 @@ class FakeGpuClock(StepClock):
 
 def test_gpu_waits_wait_for_their_events_and_land_on_their_step() -> None:
     clock = FakeGpuClock()
-    timer = CommTimer(clock, StepTracker(clock), DistInfo())
+    timer = CommTimer(clock, DistInfo())
     launch, done = FakeEvent(10.0), FakeEvent(14.0)
     timer._round = [[Mark(150, launch), Mark(160, done)]]
     timer._round_end(requeued=True)
@@ -243,7 +242,7 @@ def _two_rank_training(timed: bool) -> list[list[torch.Tensor]]:
             model = DDP(copy.deepcopy(initial), process_group=pg, bucket_cap_mb=0.0001)  # several buckets
             if timed:
                 clock = StepClock("cpu")
-                patches = DDPPatches(CommTimer(clock, StepTracker(clock), DistInfo()))
+                patches = DDPPatches(CommTimer(clock, DistInfo()))
                 patches._originals["register"] = _ORIGINAL_REGISTER  # as install() would, without the class patch
                 patches._install_default(model)
             opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -11,6 +11,7 @@ import pytest
 from dist_factory import StepShape, record
 
 from stave.dist import merge, rundir
+from stave.doctor.facade import merged_result
 from stave.errors import InputError, OutputError
 from stave.files import atomic_write_json
 
@@ -93,7 +94,7 @@ def test_collect_names_killed_and_missing_ranks(tmp_path: Path) -> None:
     assert got.missing == [1] and got.statuses == ["ok", "killed"]
     assert got.records[1].run.stopped_by == "killed" and "final record" in (got.records[1].run.error or "")
     assert any("rank(s) 1 of 3 left no record" in n for n in got.notes)
-    result = merge.merged_result(got)
+    result = merged_result(got)
     assert [(r.rank, r.status) for r in result.ranks] == [(0, "ok"), (1, "missing"), (2, "killed")]
     failed = [f for f in result.findings if f.id == "RANK_FAILED"]
     assert failed and failed[0].rank == 2 and failed[0].evidence["missing_ranks"] == [1]

@@ -14,7 +14,8 @@ import torch.distributed as dist
 from stave.capture.runner import Target
 from stave.dist import rundir
 from stave.dist.env import DistEnv
-from stave.dist.worker import run_rank, shutdown_process_group, sigterm_interrupts
+from stave.dist.worker import shutdown_process_group, sigterm_interrupts
+from stave.doctor.rank import run_rank
 
 SCRIPT = """
 import sys, time, torch

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 
 from stave.doctor.result import DoctorResult
-from stave.report import hooks
+from stave.report import trace_section_lookup
 from stave.report.doctor_json import doctor_json, validate_doctor_json
 from stave.report.terminal import render_doctor
 
@@ -97,7 +97,7 @@ def test_trace_section_uses_the_trace_renderer(single_result: DoctorResult, monk
         console.print(f"TRACE SECTION {trace['kernels']} kernels")
 
     # A trace section that renders only to the terminal: the JSON leaves the trace out and says so.
-    monkeypatch.setattr(hooks, "_trace_module", lambda: types.SimpleNamespace(render_terminal=render_terminal))
+    monkeypatch.setattr(trace_section_lookup, "_trace_module", lambda: types.SimpleNamespace(render_terminal=render_terminal))
     text = render(single_result)
     assert "Profiler trace" in text
     assert "TRACE SECTION 3 kernels" in text
@@ -106,7 +106,7 @@ def test_trace_section_uses_the_trace_renderer(single_result: DoctorResult, monk
 
 def test_a_trace_without_renderer_is_noted_not_guessed(single_result: DoctorResult, monkeypatch) -> None:
     single_result.trace = {"kernels": 3}
-    monkeypatch.setattr(hooks, "TRACE_SECTION_MODULE", "stave.report.no_such_module")
+    monkeypatch.setattr(trace_section_lookup, "TRACE_SECTION_MODULE", "stave.report.no_such_module")
     text = render(single_result)
     assert "Profiler trace" not in text
     assert "no report section for it is installed" in text

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Iterable
 
 from stave.analyze.hotlines import hot_lines
 from stave.diagnose.finding import Finding, severity_for_speedup
 from stave.measure.config import LoaderInfo
 from stave.measure.record import RunRecord
+from stave.measure.serialize import json_safe
 
 # A speed finding below this estimate is not reported: on a shared machine run-to-run noise is
 # about this large, so the user could not confirm the gain, and the report would fill with lint.
@@ -22,18 +22,9 @@ EVIDENCE_DIGITS = 4
 
 
 def tidy(value: Any) -> Any:
-    """Round floats to :data:`EVIDENCE_DIGITS` significant digits, recursively; NaN/inf become None."""
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return None
-        return float(f"{value:.{EVIDENCE_DIGITS}g}")
-    if isinstance(value, dict):
-        return {str(k): tidy(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [tidy(v) for v in value]
-    return value
+    """Evidence as JSON: floats rounded to :data:`EVIDENCE_DIGITS` significant digits, recursively;
+    NaN/inf become None (:func:`stave.measure.serialize.json_safe`)."""
+    return json_safe(value, digits=EVIDENCE_DIGITS)
 
 
 def make_finding(

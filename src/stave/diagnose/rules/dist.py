@@ -17,8 +17,9 @@ from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, make_finding
 from stave.dist.sampling import sample_overlaps
-from stave.dist.timing import rank_status
+from stave.measure.ranks import rank_status
 from stave.measure.record import RunRecord
+from stave.measure.steps import step_time_s
 
 # Shared indices beyond DistributedSampler's padding must reach this count before they count as
 # overlap: a handful could come from a custom sampler's own edge cases, dozens cannot.
@@ -57,8 +58,8 @@ def _ok(records: Sequence[RunRecord]) -> list[RunRecord]:
 
 
 def _median_step_s(records: Sequence[RunRecord]) -> float:
-    per_rank = [statistics.median(s.duration_ns for s in r.counted_steps()) / 1e9 for r in records]
-    return statistics.median(per_rank) if per_rank else 0.0
+    # The ranks' typical step: the median over ranks of each rank's step time.
+    return step_time_s(step_time_s(s.duration_ns / 1e9 for s in r.counted_steps()) for r in records)
 
 
 # --- NO_DISTRIBUTED_SAMPLER ----------------------------------------------------------------------

@@ -5,6 +5,10 @@
             ...
             optimizer.step()
     run.report()
+
+The block is the doctor's target: :class:`~stave.doctor.facade.Doctor` measures it, as it measures
+a script for ``stave doctor``, and diagnoses it the same way (the profiler trace folded in).
+Like the CLI, this module is an entry point: it calls the facade and renders (report/).
 """
 
 from __future__ import annotations
@@ -12,51 +16,51 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any
 
-from stave.capture.session import DoctorOptions, DoctorSession, StopRun
+from stave.doctor.facade import Doctor, DoctorOptions, StopRun
+from stave.doctor.result import DoctorResult
 from stave.measure.record import RunInfo, RunRecord
+from stave.report.show import show_and_write
 
 
 class Watch:
     """Measures the training steps run inside the ``with`` block."""
 
     def __init__(self, steps: int | None = None, warmup: int | None = None, probes: bool = True) -> None:
-        self.session = DoctorSession(DoctorOptions(steps=steps, warmup=warmup, probes=probes),
-                                     RunInfo(script="<stave.watch>"))
+        self.doctor = Doctor(DoctorOptions(steps=steps, warmup=warmup, probes=probes), RunInfo(script="<stave.watch>"))
         self.record: RunRecord | None = None
-        self._result: Any = None
+
+    @property
+    def session(self) -> Any:
+        """The doctor's measuring session (hooks, monitor) while the block runs."""
+        return self.doctor.session
 
     def __enter__(self) -> "Watch":
-        self.session.start()
+        self.doctor.start()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> bool:
         stopped = exc_type is not None and issubclass(exc_type, StopRun)
+        run = self.doctor.run_info
         if exc_type is None or stopped:
-            self.session.run.stopped_by = "steps" if stopped else "end"
+            run.stopped_by = "steps" if stopped else "end"
         elif issubclass(exc_type, KeyboardInterrupt):
-            self.session.run.stopped_by = "interrupt"
+            run.stopped_by = "interrupt"
         else:
-            self.session.run.stopped_by = "error"
-            self.session.run.error = f"{exc_type.__name__}: {exc}"
-        self.record = self.session.stop()
+            run.stopped_by = "error"
+            run.error = f"{exc_type.__name__}: {exc}"
+        self.record = self.doctor.stop()
         # Reaching `steps` ends the block early on purpose: swallow only that.
         return stopped
 
-    def result(self) -> Any:
-        """The diagnosis (a :class:`stave.doctor.result.DoctorResult`), computed once."""
+    def result(self) -> DoctorResult:
+        """The diagnosis (a :class:`stave.doctor.result.DoctorResult`), computed once by the doctor."""
         if self.record is None:
             raise RuntimeError("run.result()/report() must be called after the `with stave.watch()` block")
-        if self._result is None:
-            from stave.doctor.diagnosis import diagnose_records
-
-            self._result = diagnose_records([self.record])
-        return self._result
+        return self.doctor.result()
 
     def report(self, json: str | None = None, html: str | None = None, quiet: bool = False) -> Any:
         """Print the terminal report (unless ``quiet``), write the files asked for, return the result."""
-        from stave.report.show import show_and_write
-
         result = self.result()
         show_and_write(result, json_path=json, html_path=html, quiet=quiet)
         return result

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from stave.bench import doctor_estimates as de
+from benchmarks import doctor_estimates as de
 from stave.diagnose.engine import registered_rules
 from stave.errors import OutputError
 
