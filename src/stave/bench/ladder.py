@@ -48,21 +48,6 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
 
-# Fields whose change can alter the arithmetic; a candidate equal to the reference in all of them
-# computes exactly what the reference computes, and its loss check is skipped as trivially exact.
-_NUMERIC_FIELDS = (
-    "uint8",
-    "loader",
-    "precision",
-    "channels_last",
-    "compile",
-    "compile_mode",
-    "optimizer_impl",
-    "cuda_graphs",
-    "cudnn_benchmark",
-)
-
-
 @dataclass(frozen=True)
 class LadderOptions:
     """How the ladder runs. ``quick`` skips compile, caps the batch search and shortens windows."""
@@ -156,8 +141,11 @@ class Climb:
     # -- one candidate -----------------------------------------------------------------------------------
 
     def numerics_equal_reference(self, config: RunConfig) -> bool:
+        """A candidate equal to the reference in every setting that can alter the arithmetic (declared
+        with the setting: RunConfig.numeric_settings) computes exactly what the reference computes,
+        and its loss check is skipped as trivially exact."""
         mine, ref = config.to_dict(), self.baseline.to_dict()
-        return all(mine[k] == ref[k] for k in _NUMERIC_FIELDS)
+        return all(mine.get(k) == ref.get(k) for k in RunConfig.numeric_settings())
 
     def evaluate(self, label: str, changes: dict[str, Any], base: RunConfig) -> Trial:
         candidate = base.with_changes(**changes)

@@ -4,6 +4,10 @@ A rung looks at the job, the machine and the configuration kept so far and retur
 :class:`Plan`: the candidate changes to time and how to search them, or the reason it does not
 apply here. Rungs never time anything themselves; :mod:`stave.bench.ladder` runs the plans.
 
+Rungs beyond these are added one file each in :mod:`stave.bench.added_rungs`: the file declares
+the setting the rung changes and registers the rung's plan with :func:`rung` (as rules register with
+:func:`stave.diagnose.engine.rule`).
+
 Search modes: ``single`` (one candidate), ``best`` (each candidate against the current
 configuration, the fastest significant one wins), ``grow`` (candidates in order, each against
 the best so far, stopping at the first that does not help: worker counts, batch sizes) and
@@ -18,6 +22,7 @@ from typing import Any, Callable
 import torch
 
 from stave import device as dev
+from stave.bench import added_rungs
 from stave.bench.pipeline import device_loader_class
 from stave.bench.settings import TORCH_LOADER, RunConfig
 from stave.bench.spec import JobSpec
@@ -83,6 +88,39 @@ class Rung:
     title: str
     plan: Callable[[Context, RunConfig], Plan]
     pairs_with: tuple[str, ...] = ()
+
+
+PlanFn = Callable[[Context, RunConfig], Plan]
+
+# Rungs registered with @rung: name -> (rung, the rung it goes before).
+_ADDED: dict[str, tuple[Rung, str]] = {}
+# Where an added rung goes unless it says otherwise: with the compute rungs, before the pipeline's retry.
+DEFAULT_BEFORE = "input_again"
+
+
+def rung(name: str, title: str, *, before: str = DEFAULT_BEFORE,
+         pairs_with: tuple[str, ...] = ()) -> Callable[[PlanFn], PlanFn]:
+    """Register the decorated plan function as a rung of the default ladder, placed before ``before``."""
+
+    def register(plan: PlanFn) -> PlanFn:
+        if name in _ADDED:
+            raise ValueError(f"a rung named {name!r} is registered already")
+        _ADDED[name] = (Rung(name, title, plan, pairs_with), before)
+        return plan
+
+    return register
+
+
+def added_rungs_in_place(rungs: list[Rung]) -> list[Rung]:
+    """``rungs`` with every registered rung inserted before its anchor (at the end if it is absent)."""
+    added_rungs.load_all()
+    out = list(rungs)
+    for name, (added, before) in _ADDED.items():
+        if any(r.name == name for r in out):
+            raise ValueError(f"the added rung {name!r} has the name of a built-in rung")
+        names = [r.name for r in out]
+        out.insert(names.index(before) if before in names else len(out), added)
+    return out
 
 
 def _powers_of_two_above(start: int, limit: int) -> list[int]:
@@ -274,4 +312,4 @@ def default_rungs(spec: JobSpec) -> list[Rung]:
         # ladder on an H100), so only now does the pipeline face the final step time.
         Rung("input_again", "input pipeline again", plan_input_again),
     ]
-    return rungs
+    return added_rungs_in_place(rungs)

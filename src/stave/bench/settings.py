@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from stave.errors import UsageError
@@ -23,8 +23,9 @@ class RunConfig:
     batch_size: int
     num_workers: int = 0
     pin_memory: bool = False
-    uint8: bool = False
-    loader: str = TORCH_LOADER
+    # metadata "numeric": the setting can change what the step computes (the ladder checks the loss).
+    uint8: bool = field(default=False, metadata={"numeric": True})
+    loader: str = field(default=TORCH_LOADER, metadata={"numeric": True})
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def __post_init__(self) -> None:
@@ -33,11 +34,16 @@ class RunConfig:
         if self.num_workers < 0:
             raise UsageError(f"num_workers must be >= 0, got {self.num_workers}")
 
+    @staticmethod
+    def numeric_settings() -> tuple[str, ...]:
+        """The settings (keys of :meth:`to_dict`) that can change what the step computes."""
+        own = tuple(f.name for f in fields(RunConfig) if f.metadata.get("numeric"))
+        return own + TrainConfig.numeric_settings()
+
     def with_changes(self, **changes: Any) -> "RunConfig":
-        """A copy with loader fields or ``TrainConfig`` fields (by name) changed."""
-        train_fields = set(asdict(self.train))
-        train_changes = {k: v for k, v in changes.items() if k in train_fields}
-        own = {k: v for k, v in changes.items() if k not in train_fields}
+        """A copy with loader fields or training-step settings (by name) changed."""
+        train_changes = {k: v for k, v in changes.items() if TrainConfig.accepts(k)}
+        own = {k: v for k, v in changes.items() if k not in train_changes}
         train = self.train.with_changes(**train_changes) if train_changes else self.train
         return replace(self, train=train, **own)
 

@@ -2,14 +2,17 @@
 
 Every switch here is a rung of ``stave bench ladder``; the ladder keeps the ones that measurably
 help on the user's machine and prints this dataclass (and the plain-PyTorch equivalent) as code.
+A rung that brings a setting of its own registers a :class:`~stave.train.switches.Switch`;
+``extras`` holds such settings' values, and :meth:`TrainConfig.with_changes` takes them by name.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from stave.errors import UsageError
+from stave.train.switches import get_switch, registered_switches, reserve
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZER_IMPLS = ("default", "foreach", "fused")
@@ -34,16 +37,38 @@ class TrainConfig:
     - ``cudnn_benchmark``: let cuDNN time its convolution algorithms once per shape (GPU only).
     """
 
-    precision: str = "fp32"
-    channels_last: bool = False
-    compile: bool = False
-    compile_mode: str | None = None
+    # metadata "numeric": the setting can change what the step computes (the ladder checks the loss).
+    precision: str = field(default="fp32", metadata={"numeric": True})
+    channels_last: bool = field(default=False, metadata={"numeric": True})
+    compile: bool = field(default=False, metadata={"numeric": True})
+    compile_mode: str | None = field(default=None, metadata={"numeric": True})
     set_to_none: bool = True
-    optimizer_impl: str = "default"
-    cuda_graphs: bool = False
-    cudnn_benchmark: bool = False
+    optimizer_impl: str = field(default="default", metadata={"numeric": True})
+    cuda_graphs: bool = field(default=False, metadata={"numeric": True})
+    cudnn_benchmark: bool = field(default=False, metadata={"numeric": True})
+    # Registered switches' values that differ from their defaults, as (name, value) sorted by name.
+    extras: tuple[tuple[str, Any], ...] = ()
+
+    @staticmethod
+    def builtin_fields() -> tuple[str, ...]:
+        """The settings declared here (not the registered switches)."""
+        return tuple(f.name for f in fields(TrainConfig) if f.name != "extras")
+
+    @staticmethod
+    def accepts(name: str) -> bool:
+        """Whether ``name`` is a setting of the step: a field here or a registered switch."""
+        return name in TrainConfig.builtin_fields() or get_switch(name) is not None
+
+    @staticmethod
+    def numeric_settings() -> tuple[str, ...]:
+        """The settings that can change what the step computes (fields and registered switches)."""
+        own = tuple(f.name for f in fields(TrainConfig) if f.metadata.get("numeric"))
+        return own + tuple(s.name for s in registered_switches() if s.numeric)
 
     def __post_init__(self) -> None:
+        for name, _value in self.extras:
+            if get_switch(name) is None:
+                raise UsageError(f"{name!r} is not a setting of the training step (no such switch is registered)")
         if self.precision not in PRECISIONS:
             raise UsageError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
         if self.optimizer_impl not in OPTIMIZER_IMPLS:
@@ -55,14 +80,30 @@ class TrainConfig:
             raise UsageError("compile_mode is set but compile is False; set compile=True or drop compile_mode")
 
     def with_changes(self, **changes: Any) -> "TrainConfig":
-        """A copy with ``changes`` applied (validated again)."""
-        return replace(self, **changes)
+        """A copy with ``changes`` applied (validated again); registered switches by name too."""
+        own = {k: v for k, v in changes.items() if k in self.builtin_fields()}
+        extra = dict(self.extras)
+        for name, value in changes.items():
+            if name in own:
+                continue
+            switch = get_switch(name)
+            if switch is None:
+                raise UsageError(f"{name!r} is not a setting of the training step")
+            extra[name] = value
+        kept = tuple(sorted((k, v) for k, v in extra.items() if v != get_switch(k).default))  # type: ignore[union-attr]
+        return replace(self, extras=kept, **own)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict of the settings."""
-        return asdict(self)
+        """Plain JSON-able dict of the settings (registered switches side by side with the fields)."""
+        out = asdict(self)
+        del out["extras"]
+        out.update(dict(self.extras))
+        return out
 
     def changed_fields(self) -> dict[str, Any]:
         """The settings that differ from the defaults (what a user has to write down)."""
-        default = TrainConfig()
-        return {k: v for k, v in asdict(self).items() if getattr(default, k) != v}
+        default = TrainConfig().to_dict()
+        return {k: v for k, v in self.to_dict().items() if default.get(k) != v}
+
+
+reserve(TrainConfig.builtin_fields())

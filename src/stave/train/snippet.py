@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import torch
 
 from stave.train.config import TrainConfig
+from stave.train.switches import get_switch
 
 _DTYPE_NAMES = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
 
@@ -53,11 +54,16 @@ def snippet(
     in [0, 1] units adds uint8-to-float normalization on the device; ``non_blocking`` marks copies
     from pinned memory; ``image_inputs`` False leaves out memory-format conversions of the inputs.
     """
-    lines = [f"# stave.train.TrainConfig({_kwargs(config.changed_fields())})"]
+    changed = config.changed_fields()
+    extras = {k: changed.pop(k) for k in dict(config.extras)}
+    header = f"# stave.train.TrainConfig({_kwargs(changed)})"
+    lines = [header + (f".with_changes({_kwargs(extras)})" if extras else "")]
     memory = ", memory_format=torch.channels_last" if config.channels_last else ""
     lines.append(f"model = model.to(device{memory})")
     if config.cudnn_benchmark:
         lines.append("torch.backends.cudnn.benchmark = True  # GPU: time conv algorithms once per shape")
+    for name, value in config.extras:
+        lines.extend(get_switch(name).code(value))  # type: ignore[union-attr]
     if optimizer is not None:
         if len(optimizer.param_groups) > 1:
             lines.append("# param_groups: your parameter groups, built as before")

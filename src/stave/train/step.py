@@ -23,6 +23,7 @@ from torch import nn
 from stave import device as dev
 from stave.train.config import TrainConfig
 from stave.train.optim import OptimizerFactory, with_impl
+from stave.train.switches import get_switch
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +160,9 @@ def build_step(
         model = model.to(memory_format=torch.channels_last)
     if config.cudnn_benchmark:
         dev.set_cudnn_benchmark(True)
+    for name, value in config.extras:
+        # A registered switch's own set-up (stave.train.switches), before the optimizer sees the model.
+        model = get_switch(name).apply(model, target, value)  # type: ignore[union-attr]
     opt = optimizer if isinstance(optimizer, torch.optim.Optimizer) else optimizer(model)
     opt = with_impl(opt, config.optimizer_impl)
     scaler = torch.amp.GradScaler(target.type) if config.precision == "fp16" else None
