@@ -41,7 +41,8 @@ ALLOWED: dict[str, set[str]] = {
     # the ladder's result for the bench reports.
     "report": {"measure", "device", "analyze", "diagnose", "trace", "doctor.result", "bench.result"},
     "train": {"device"},
-    "data": {"device"},
+    # The loader shards by rank, read from the launcher's variables as the doctor reads them.
+    "data": {"device", "dist.env"},
     "bench": {"measure", "device", "analyze", "data", "train"},
     # Entry points: the command line, ``python -m stave`` and ``stave.watch()`` call the facades and render.
     "api": _MEASURING | {"analyze", "diagnose", "doctor", "report"},

@@ -41,6 +41,7 @@ from stave.data.device_loader import DeviceLoader
 from stave.data.native import native_module
 from stave.data.resize import crop_resize_into, serial_torch_in_this_thread
 from stave.data.scratch import thread_scratch
+from stave.dist.env import detect
 from stave.data.order import OrderSpec, batch_rng, rank_indices
 from stave.errors import FormatError, UsageError
 
@@ -534,7 +535,8 @@ def _host_constants(
 
 
 def _resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """Explicit values win; else torch.distributed when initialized; else RANK/WORLD_SIZE; else 0/1."""
+    """Explicit values win; else torch.distributed when initialized; else the launcher's variables
+    (torchrun's RANK/WORLD_SIZE or srun's, read as the doctor reads them: :func:`stave.dist.env.detect`); else 0/1."""
     if rank is not None and world_size is not None:
         return int(rank), int(world_size)
     if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -542,9 +544,8 @@ def _resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
             int(rank) if rank is not None else torch.distributed.get_rank(),
             int(world_size) if world_size is not None else torch.distributed.get_world_size(),
         )
-    env_rank = os.environ.get("RANK")
-    env_world = os.environ.get("WORLD_SIZE")
+    launched = detect()
     return (
-        int(rank) if rank is not None else int(env_rank) if env_rank else 0,
-        int(world_size) if world_size is not None else int(env_world) if env_world else 1,
+        int(rank) if rank is not None else launched.rank if launched else 0,
+        int(world_size) if world_size is not None else launched.world_size if launched else 1,
     )
