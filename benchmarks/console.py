@@ -1,8 +1,7 @@
-"""Terminal output of the benchmark programs (``python -m stave.bench.*``, ``benchmarks.trace_reader``).
+"""Terminal output of the benchmark programs (``python -m benchmarks.NAME``).
 
-The benchmarks are measurement code; what they show goes through here so that, as everywhere in
-stave, only ``cli/`` and ``report/`` write to the terminal: progress lines to stderr, results
-(JSON, tables) to stdout so they can be piped.
+What they show goes through here: progress lines to stderr, results (JSON, tables) to stdout so
+they can be piped.
 """
 
 from __future__ import annotations
