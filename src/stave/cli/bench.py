@@ -214,4 +214,9 @@ def run_data_command(args: argparse.Namespace) -> int:
     parser = argparse.ArgumentParser(prog="stave bench data", description="The stave.data benchmark.")
     benchmark.add_arguments(parser)
     data_args = parser.parse_args(args.data_args)
-    return int(benchmark.run(data_args) or 0)
+    from rich.console import Console
+
+    from stave.report.bench_data import render_data_bench
+
+    render_data_bench(benchmark.run(data_args), Console())
+    return 0

@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 import torch
 from rich.console import Console
-from rich.table import Table
 
 from stave.data import bench_pipelines as bp
 from stave.data.bench_args import add_arguments
@@ -156,8 +155,9 @@ def _search(data: dict[str, Any], args: argparse.Namespace, err: Console, timed:
     return results
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the data benchmark; results table on stdout, progress on stderr."""
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the data benchmark (progress on stderr); returns the ``stave.bench.data/1`` report, also
+    written to ``--json`` (the table: :func:`stave.report.bench_data.render_data_bench`)."""
     if args.quick:
         args.images, args.classes, args.batch_size, args.size, args.rounds = min(args.images, 128), 4, 32, 96, 1
     if args.images < args.batch_size * 2:
@@ -215,10 +215,9 @@ def run(args: argparse.Namespace) -> int:
             err.print(f"round {round_number + 1}/{args.rounds}: {contender.pipeline.name}")
             contender.windows.append(bp.measure_window(contender.pipeline, 1, timed))
     report = _report(args, data, search, best, contenders, ceilings)
-    _render(report, Console())
     if args.json:
         atomic_write_json(args.json, report)
-    return 0
+    return report
 
 
 def _ratio(a: Contender, b: Contender, scale: float = 1.0) -> dict[str, float]:
@@ -264,26 +263,3 @@ def _report(args: argparse.Namespace, data: dict[str, Any], search: list[dict[st
         "results": [c.summary() for c in contenders],
         "goals": goals,
     }
-
-
-def _render(report: dict[str, Any], console: Console) -> None:
-    base = next(r for r in report["results"] if r["key"] == "baseline")["images_per_s"]
-    table = Table(title=f"stave bench data: {report['workload']['images']} JPEGs, batch {report['workload']['batch_size']}, {report['machine']['cores']} cores")
-    for column in ("pipeline", "config", "images/s", "spread", "x (1)", "CPU-s/img", "peak RSS MB"):
-        table.add_column(column, justify="left" if column in ("pipeline", "config") else "right")
-    for r in report["results"]:
-        config = r["config"].replace("auto", f"auto -> {r['threads']}") if "threads" in r else r["config"]
-        table.add_row(r["pipeline"], config, f"{r['images_per_s']:.0f}", f"{r['images_per_s_min']:.0f}-{r['images_per_s_max']:.0f}", f"{r['images_per_s'] / base:.2f}", f"{r['cpu_s_per_image'] * 1e3:.2f} ms", f"{r['peak_rss_bytes'] / 2**20:.0f}")
-    ceiling = report["decode_ceiling"]
-    table.add_row(f"decode ceiling ({ceiling['binding']}, 1 thread x {ceiling['cores']} cores)", "full decode", f"{ceiling['images_per_s']:.0f}", "", f"{ceiling['images_per_s'] / base:.2f}", "", "")
-    console.print(table)
-    search = Table(title="baseline search: torchvision ImageFolder + PIL (one window each)")
-    search.add_column("config")
-    search.add_column("images/s", justify="right")
-    for r in report["baseline_search"]:
-        search.add_row(r["config"], f"{r['images_per_s']:.0f}")
-    console.print(search)
-    for name, goal in report["goals"].items():
-        status = "" if "goal" not in goal else f" (goal >= {goal['goal']}: {'met' if goal['met'] else 'NOT met'})"
-        console.print(f"{name}: {goal['median']:.2f} [{goal['min']:.2f}-{goal['max']:.2f}]{status}")
-
