@@ -69,6 +69,9 @@ class TrainConfig:
         for name, _value in self.extras:
             if get_switch(name) is None:
                 raise UsageError(f"{name!r} is not a setting of the training step (no such switch is registered)")
+        # One spelling per configuration (configs are dict keys): sorted, defaults left out.
+        kept = tuple(sorted((k, v) for k, v in self.extras if v != get_switch(k).default))  # type: ignore[union-attr]
+        object.__setattr__(self, "extras", kept)
         if self.precision not in PRECISIONS:
             raise UsageError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
         if self.optimizer_impl not in OPTIMIZER_IMPLS:
@@ -90,8 +93,7 @@ class TrainConfig:
             if switch is None:
                 raise UsageError(f"{name!r} is not a setting of the training step")
             extra[name] = value
-        kept = tuple(sorted((k, v) for k, v in extra.items() if v != get_switch(k).default))  # type: ignore[union-attr]
-        return replace(self, extras=kept, **own)
+        return replace(self, extras=tuple(extra.items()), **own)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict of the settings (registered switches side by side with the fields)."""

@@ -22,6 +22,8 @@ class Switch:
     device and before the optimizer is built; ``code(value) -> lines`` are the set-up lines of the
     printed configuration; ``numeric``: the setting can change what the step computes (the ladder
     then checks the loss against the reference), as precision does and zero_grad(set_to_none) does not.
+    Values must be hashable (configurations are dictionary keys) and JSON-able (they go into the
+    ladder's ``stave.bench/1`` report).
     """
 
     name: str
