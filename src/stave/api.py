@@ -19,7 +19,6 @@ from typing import Any
 from stave.doctor.facade import Doctor, DoctorOptions, StopRun
 from stave.doctor.result import DoctorResult
 from stave.measure.record import RunInfo, RunRecord
-from stave.report.show import show_and_write
 
 
 class Watch:
@@ -61,6 +60,10 @@ class Watch:
 
     def report(self, json: str | None = None, html: str | None = None, quiet: bool = False) -> Any:
         """Print the terminal report (unless ``quiet``), write the files asked for, return the result."""
+        # Imported when a report is asked for: the renderers (rich, matplotlib) stay out of the
+        # user's training process until then.
+        from stave.report.show import show_and_write
+
         result = self.result()
         show_and_write(result, json_path=json, html_path=html, quiet=quiet)
         return result
