@@ -5,8 +5,8 @@ size. Here each decoded piece is turned into a few numpy columns at once and the
 dropped, so memory grows by ~40 bytes per kept event and nothing else. Names are interned once.
 
 Times: Kineto writes microseconds, as integers or with a fractional part (newer PyTorch). They are
-converted to integer nanoseconds through the integer and fractional parts separately, so a
-16-digit microsecond timestamp keeps its precision.
+converted to integer nanoseconds from the JSON text itself (:mod:`stave.trace.times`), never
+through a float, so a 19-digit timestamp keeps every digit.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from stave.errors import FormatError
 from stave.trace.events import Event, EventArgs
 from stave.trace.kernels import operand_precision
 from stave.trace.reader import ReadStats, TraceReader
+from stave.trace.times import durations_to_ns, us_to_ns_exact
 
 log = logging.getLogger(__name__)
 
@@ -62,27 +63,8 @@ OVERFLOW_NAME = "(other names: name table full)"
 # [memory] events: "Device Type" 1 is CUDA (c10::DeviceType), 0 is CPU.
 CUDA_DEVICE_TYPE = 1
 
-# Timestamps and durations are microseconds; 2**62 ns is year 2116 from the epoch, and a
-# timestamp beyond it would overflow int64 nanoseconds once durations are added.
-MAX_TIME_US = float(2**62 // 1000)
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _SKIPPED_PHASES = frozenset({"X", "s", "f", "t"})
-
-
-def dur_to_ns(values: list[Any]) -> np.ndarray:
-    """Microsecond durations to int64 ns, negative ones as 0 and absurd ones capped at MAX_TIME_US."""
-    if not values:
-        return np.zeros(0, dtype=np.int64)
-    return us_to_ns(np.clip(np.asarray(values, dtype=np.float64), 0, MAX_TIME_US))
-
-
-def us_to_ns(values: Any) -> np.ndarray:
-    """Microsecond timestamps (int or float) to int64 nanoseconds, exact for integers below 2**53."""
-    if len(values) == 0:
-        return np.zeros(0, dtype=np.int64)
-    arr = np.asarray(values, dtype=np.float64)
-    whole = np.floor(arr)
-    return whole.astype(np.int64) * 1000 + np.rint((arr - whole) * 1000).astype(np.int64)
 
 
 @dataclass
@@ -181,24 +163,34 @@ class _Builder:
             # Flow arrows ("s"/"f") are a third of a GPU trace and carry nothing stave reads.
             self._add_other([e for e in events if e.ph not in _SKIPPED_PHASES])
         timed = [e for e in xs if e.ts is not None]
-        if timed:
-            ts = np.fromiter((e.ts for e in timed), dtype=np.float64, count=len(timed))
-            ok = np.abs(ts) < MAX_TIME_US
-            if not ok.all():
-                # Times no clock produces (they would overflow int64 nanoseconds): not usable.
-                timed = [e for e, keep in zip(timed, ok.tolist()) if keep]
         self.skipped_no_time += len(xs) - len(timed)
         host = [e for e in timed if e.cat in HOST_CATS]
         gpu = [e for e in timed if e.cat in GPU_CATS]
         if len(host) + len(gpu) != len(timed):
             # The profiler's own "Trace" span: where recording started and stopped.
-            for e in [e for e in timed if e.cat == "Trace"]:
-                start = int(us_to_ns([e.ts])[0])
-                self.profiler_span += [start, start + int(dur_to_ns([e.dur or 0])[0])]
+            trace = [e for e in timed if e.cat == "Trace"]
+            start, end = self._times(trace)
+            for lo, hi in zip(start.tolist(), end.tolist()):
+                self.profiler_span += [lo, hi]
         if host:
-            self._add_host(host)
+            start, end = self._times(host)
+            if host:
+                self._add_host(host, start, end)
         if gpu:
-            self._add_gpu(gpu)
+            start, end = self._times(gpu)
+            if gpu:
+                self._add_gpu(gpu, start, end)
+
+    def _times(self, events: list[Event]) -> tuple[np.ndarray, np.ndarray]:
+        """Start and end (int ns) of ``events``; drops (in place, counted) those whose time is not usable."""
+        start, ok = us_to_ns_exact([e.ts for e in events])
+        if not ok.all():
+            # Times that are not numbers, or that no clock produces (they would overflow int64 ns).
+            keep = np.flatnonzero(ok)
+            self.skipped_no_time += len(events) - len(keep)
+            events[:] = [events[i] for i in keep.tolist()]
+            start = start[keep]
+        return start, start + durations_to_ns([e.dur or 0 for e in events])
 
     def _add_other(self, events: Any) -> None:
         for e in events:
@@ -215,9 +207,7 @@ class _Builder:
             elif e.ph not in ("i", "I", "C"):
                 self.other_phases[e.ph] = self.other_phases.get(e.ph, 0) + 1
 
-    def _add_host(self, host: list[Event]) -> None:
-        start = us_to_ns([e.ts for e in host])
-        dur = dur_to_ns([e.dur or 0 for e in host])
+    def _add_host(self, host: list[Event], start: np.ndarray, end: np.ndarray) -> None:
         pids = {e.pid for e in host}
         # One process (the usual case): thread keys without building a tuple per event.
         keys = [(next(iter(pids)), t) for t in {e.tid for e in host}] if len(pids) == 1 else None
@@ -255,7 +245,7 @@ class _Builder:
         self.host_parts.append(
             (
                 start,
-                start + dur,
+                end,
                 np.asarray(thread, dtype=np.int32),
                 np.asarray(names, dtype=np.int32),
                 np.asarray(cats, dtype=np.int8),
@@ -263,9 +253,7 @@ class _Builder:
             )
         )
 
-    def _add_gpu(self, gpu: list[Event]) -> None:
-        start = us_to_ns([e.ts for e in gpu])
-        dur = dur_to_ns([e.dur or 0 for e in gpu])
+    def _add_gpu(self, gpu: list[Event], start: np.ndarray, end: np.ndarray) -> None:
         none = _NO_ARGS
         args = [e.args or none for e in gpu]
         # Device and stream from args; Kineto also puts them in pid/tid, the fallback.
@@ -280,7 +268,7 @@ class _Builder:
         self.gpu_parts.append(
             (
                 start,
-                start + dur,
+                end,
                 np.asarray(device, dtype=np.int32),
                 np.asarray(stream, dtype=np.int64),
                 np.asarray(self._names([e.name for e in gpu]), dtype=np.int32),
