@@ -117,6 +117,7 @@ def trace_json(report: TraceReport) -> dict[str, Any]:
             "traces": [trace_entry(t) for t in report.traces],
             "steps": steps,
             "gpu": [g for g in (gpu_entry(t) for t in report.traces) if g is not None],
+            "hta": [{"rank": t.rank, "path": t.path, **t.hta} for t in report.traces if t.hta is not None],
             "ranks": [dataclasses.asdict(r) for r in report.rank_timings],
             "findings": [f.to_dict() for f in report.findings],
             "skipped": [dataclasses.asdict(s) for s in report.skipped],

@@ -18,6 +18,7 @@ from stave.analyze.stats import median, percentile
 from stave.trace import intervals as iv
 from stave.trace.breakdown import StepBreakdown, cpu_breakdown, gpu_breakdown, kernel_groups, name_mask
 from stave.trace.gpu import GpuSummary, analyze_gpu
+from stave.trace.hta_metrics import hta_section
 from stave.trace.kernels import is_comm_name
 from stave.trace.launches import LaunchBound, launch_bound, launch_info
 from stave.trace.nesting import OpStat, op_tree, python_tree, top_ops
@@ -68,6 +69,8 @@ class TraceAnalysis:
     collective_s_per_step: float = 0.0
     memory_peak_bytes: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # Numbers with HTA's definitions (stave.trace.hta_metrics); None for a CPU-only trace.
+    hta: dict[str, Any] | None = None
 
     @property
     def step_count(self) -> int:
@@ -147,6 +150,7 @@ def analyze_data(data: TraceData, order: int = 0) -> TraceAnalysis:
         scope = windows.step_of(data.gpu.start) >= 0
         result.launch = launch_bound(data, launches, scope, windows.start, windows.end)
         result.syncs = analyze_syncs(data, windows, ops, python_tree(data))
+        result.hta = hta_section(data, windows)
     return result
 
 

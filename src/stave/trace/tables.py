@@ -42,6 +42,9 @@ HOST_CATS: dict[str, int] = {
 }
 # GPU activity kinds (codes kept in ``GpuTable.kind``).
 KERNEL, MEMCPY, MEMSET = 0, 1, 2
+SYNC_KIND = 3
+# Host ops that carry a stream argument, kept beside the cuda_sync records for HTA's rows.
+HOST_STREAM_KIND = 4
 GPU_CATS: dict[str, int] = {
     "kernel": KERNEL,
     "Kernel": KERNEL,
@@ -50,6 +53,10 @@ GPU_CATS: dict[str, int] = {
     "gpu_memset": MEMSET,
     "Memset": MEMSET,
 }
+# CUPTI's synchronization records ("Event Sync", "Stream Sync", "Context Sync"): the device side of a
+# host sync call. Kept apart (``TraceData.gpu_sync``): they are waits, not GPU work, but HTA counts
+# them among its GPU rows, and the HTA-comparable numbers (stave.trace.hta_metrics) must too.
+SYNC_CAT = "cuda_sync"
 # Host ops whose launched kernels are matmul-like (GEMM, convolution, attention): the ops whose
 # operand dtypes are read.
 _MATMUL_OP = re.compile(
@@ -114,6 +121,9 @@ class TraceData:
     memory_peak_bytes: dict[str, int] = field(default_factory=dict)
     skipped_no_time: int = 0
     other_phases: dict[str, int] = field(default_factory=dict)
+    # cuda_sync records (kind SYNC_KIND) and host ops naming a stream (HOST_STREAM_KIND, no
+    # correlation id), only for the HTA-comparable numbers.
+    gpu_sync: GpuTable | None = None
     # GPU activity name id -> "low" | "fp32": the dtype of the ops that launched it, where the trace
     # records operand types (record_shapes=True) and all its launches agree.
     operands_by_name: dict[int, str] = field(default_factory=dict)
@@ -144,6 +154,7 @@ class _Builder:
         self.thread_names: dict[tuple[Any, Any], str] = {}
         self.host_parts: list[tuple[np.ndarray, ...]] = []
         self.gpu_parts: list[tuple[np.ndarray, ...]] = []
+        self.sync_parts: list[tuple[np.ndarray, ...]] = []
         self.sizes_by_corr: dict[int, int] = {}
         # External id of an op -> its operands' precision; the GPU rows' External ids, per part.
         self.operands_by_ext: dict[int, str] = {}
@@ -172,6 +183,11 @@ class _Builder:
             start, end = self._times(trace)
             for lo, hi in zip(start.tolist(), end.tolist()):
                 self.profiler_span += [lo, hi]
+            syncs = [e for e in timed if e.cat == SYNC_CAT]
+            if syncs:
+                start, end = self._times(syncs)
+                if syncs:
+                    self.sync_parts.append(self._gpu_columns(syncs, start, end, SYNC_KIND))
         if host:
             start, end = self._times(host)
             if host:
@@ -224,10 +240,13 @@ class _Builder:
         ]
         names = self._names([e.name for e in host])
         matmul_op = self.matmul_op_names
-        for e, name in zip(host, names):
+        with_stream: list[int] = []
+        for i, (e, name) in enumerate(zip(host, names)):
             a = e.args
             if a is None:
                 continue
+            if a.stream is not None and a.correlation is None:
+                with_stream.append(i)
             if a.size is not None and a.correlation is not None:
                 size = _as_int(a.size)
                 if size is not None:
@@ -242,6 +261,11 @@ class _Builder:
                     operands = operand_precision(a.input_types)
                     if operands is not None:
                         self.operands_by_ext[a.external_id] = operands
+        if with_stream:
+            # Host ops that name a stream (Inductor's Triton launches): HTA counts them as GPU rows.
+            rows = [host[i] for i in with_stream]
+            cols = self._gpu_columns(rows, start[with_stream], end[with_stream], HOST_STREAM_KIND)
+            self.sync_parts.append(cols[:6] + (np.full(len(rows), -1, np.int64), cols[7]))
         self.host_parts.append(
             (
                 start,
@@ -254,37 +278,42 @@ class _Builder:
         )
 
     def _add_gpu(self, gpu: list[Event], start: np.ndarray, end: np.ndarray) -> None:
-        none = _NO_ARGS
-        args = [e.args or none for e in gpu]
+        self.gpu_ext_parts.append(
+            np.asarray([a.external_id if (a := e.args) is not None and a.external_id is not None else -1
+                        for e in gpu], dtype=np.int64)
+        )
+        self.gpu_parts.append(self._gpu_columns(gpu, start, end, None))
+
+    def _gpu_columns(self, gpu: list[Event], start: np.ndarray, end: np.ndarray,
+                     kind: int | None) -> tuple[np.ndarray, ...]:
+        """The GpuTable columns of ``gpu`` (kind from the category unless given)."""
+        args = [e.args or _NO_ARGS for e in gpu]
         # Device and stream from args; Kineto also puts them in pid/tid, the fallback.
         device = [a.device if a.device is not None else (e.pid if type(e.pid) is int else -1)
                   for a, e in zip(args, gpu)]
         stream = [a.stream if type(a.stream) is int else _stream_of(a.stream, e.tid) for a, e in zip(args, gpu)]
         corr = [a.correlation if a.correlation is not None else -1 for a in args]
         nbytes = [a.nbytes if a.nbytes is not None else -1 for a in args]
-        self.gpu_ext_parts.append(
-            np.asarray([a.external_id if a.external_id is not None else -1 for a in args], dtype=np.int64)
-        )
-        self.gpu_parts.append(
-            (
-                start,
-                end,
-                np.asarray(device, dtype=np.int32),
-                np.asarray(stream, dtype=np.int64),
-                np.asarray(self._names([e.name for e in gpu]), dtype=np.int32),
-                np.asarray([GPU_CATS[e.cat] for e in gpu], dtype=np.int8),
-                np.asarray(corr, dtype=np.int64),
-                np.asarray(nbytes, dtype=np.int64),
-            )
+        kinds = [GPU_CATS[e.cat] for e in gpu] if kind is None else [kind] * len(gpu)
+        return (
+            start,
+            end,
+            np.asarray(device, dtype=np.int32),
+            np.asarray(stream, dtype=np.int64),
+            np.asarray(self._names([e.name for e in gpu]), dtype=np.int32),
+            np.asarray(kinds, dtype=np.int8),
+            np.asarray(corr, dtype=np.int64),
+            np.asarray(nbytes, dtype=np.int64),
         )
 
     def finish(self, path: str, stats: ReadStats) -> TraceData:
         host = _concat(self.host_parts, (np.int64, np.int64, np.int32, np.int32, np.int8, np.int64))
-        gpu = _concat(
-            self.gpu_parts, (np.int64, np.int64, np.int32, np.int64, np.int32, np.int8, np.int64, np.int64)
-        )
+        gpu_dtypes = (np.int64, np.int64, np.int32, np.int64, np.int32, np.int8, np.int64, np.int64)
+        gpu = _concat(self.gpu_parts, gpu_dtypes)
+        sync = GpuTable(*_concat(self.sync_parts, gpu_dtypes))
         self.host_parts.clear()
         self.gpu_parts.clear()
+        self.sync_parts.clear()
         gpu_table = GpuTable(*gpu)
         if self.sizes_by_corr and len(gpu_table):
             # ROCm writes the size of a copy on the runtime call only: join it by correlation id.
@@ -314,6 +343,7 @@ class _Builder:
             skipped_no_time=self.skipped_no_time,
             other_phases=self.other_phases,
             operands_by_name=operands,
+            gpu_sync=sync,
         )
 
     def _operands_by_name(self, gpu: GpuTable) -> dict[int, str]:
