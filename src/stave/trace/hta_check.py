@@ -175,6 +175,8 @@ def compare(path: Path, workdir: Path) -> list[Row] | None:
             row = Row(path.name, scope, metric, s, h)
             if not row.agrees:
                 row.category = _explain(metric, s, h, mine["scopes"][scope]["gpu_rows"])
+                if row.category is None and metric.startswith("idle.") and h is not None:
+                    row.category = _float64_explains(path, scope, metric, h)
             rows.append(row)
     return rows
 
@@ -186,6 +188,21 @@ def _explain(metric: str, stave: float | None, hta: float | None, rows: int) -> 
     if metric.startswith("kernel_types_us.") and hta == int(hta) and 0 <= stave - hta < rows:
         # HTA's astype(int) per merged interval: it loses under 1 µs per interval, never gains.
         return "hta-us-rounding"
+    return None
+
+
+def _float64_explains(path: Path, scope: str, metric: str, hta: float) -> str | None:
+    """"float64" when stave's own idle split, redone on HTA's float64 times, gives HTA's number."""
+    from stave.trace.hta_metrics import idle_breakdown, select
+    from stave.trace.tables import load_trace
+
+    data = load_trace(path)
+    sel, _ = select(data, scope)
+    _, stream, cause = metric.split(".")
+    for s in idle_breakdown(data, sel, float64=True):
+        if str(s["stream"]) == stream:
+            redone = Row(path.name, scope, metric, s[cause], hta)
+            return "float64" if redone.agrees else None
     return None
 
 
@@ -211,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = _inputs(argv if argv is not None else sys.argv[1:])
     failed = 0
     total = 0
+    summary: list[str] = []
     from stave.errors import StaveError
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -226,12 +244,23 @@ def main(argv: list[str] | None = None) -> int:
             if rows is None:
                 result_line(f"{p.name}: not analysable by HTA (or no GPU work): skipped")
                 continue
+            cats = sorted({r.category for r in rows if not r.agrees and r.passes})
+            largest = max((abs(r.stave - r.hta) for r in rows if r.agrees and r.stave is not None
+                           and r.hta is not None), default=0.0)
+            summary.append(f"| {p.name} | {len(rows)} | {sum(r.agrees for r in rows)} | "
+                           + (", ".join(f"{c}: {sum(r.category == c and not r.agrees for r in rows)}" for c in cats)
+                              or "-")
+                           + f" | {sum(not r.passes for r in rows)} | {largest:.3f} |")
             for r in rows:
                 mark = "ok" if r.agrees else (f"ok ({r.category})" if r.passes else "DIFF")
                 failed += not r.passes
                 s = "-" if r.stave is None else f"{r.stave:.3f}"
                 h = "-" if r.hta is None else f"{r.hta:.3f}"
                 result_line(f"| {p.name[:40]} | {r.scope} | {r.metric} | {s} | {h} | {mark} |")
+    result_line("| trace | rows | agree (1 % or 1 µs) | differ, listed category | fail | largest agreeing diff |")
+    result_line("|---|---|---|---|---|---|")
+    for line in summary:
+        result_line(line)
     result_line(f"rows failing: {failed}")
     return 0 if failed == 0 else 1
 

@@ -114,7 +114,12 @@ def _step_rows(data: TraceData) -> tuple[np.ndarray, int]:
     return mask, len(np.unique(data.host.name[mask]))
 
 
-def _scope(data: TraceData, rows: dict[str, np.ndarray], scope: str) -> dict[str, Any]:
+def select(data: TraceData, scope: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """HTA's GPU rows in ``scope`` (``default`` or ``last_step_kept``), and the mask of in-scope host rows."""
+    return _select(data, _gpu_rows(data), scope)
+
+
+def _select(data: TraceData, rows: dict[str, np.ndarray], scope: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
     host = data.host
     steps, distinct = _step_rows(data)
     launch = host.corr >= 0
@@ -138,6 +143,11 @@ def _scope(data: TraceData, rows: dict[str, np.ndarray], scope: str) -> dict[str
         host_in = (rows["start"] < last_start) if scope == "default" else (rows["start"] <= last_end)
         repeat = np.where(host_op, host_in.astype(repeat.dtype), repeat)
         sel = {k: np.repeat(v, repeat) for k, v in rows.items()}
+    return sel, in_scope
+
+
+def _scope(data: TraceData, rows: dict[str, np.ndarray], scope: str) -> dict[str, Any]:
+    sel, in_scope = _select(data, rows, scope)
     out: dict[str, Any] = {"gpu_rows": int(len(sel["start"]))}
     if not len(sel["start"]):
         out.update(temporal=None, kernel_types_us={}, comm_comp_overlap=None, idle_breakdown=[], launch=None)
@@ -169,7 +179,7 @@ def _scope(data: TraceData, rows: dict[str, np.ndarray], scope: str) -> dict[str
         if v > 0
     }
     out["comm_comp_overlap"] = both / comm_total if comm_total else None
-    out["idle_breakdown"] = _idle_breakdown(data, sel)
+    out["idle_breakdown"] = idle_breakdown(data, sel)
     out["launch"] = _launch_stats(data, sel, in_scope)
     return out
 
@@ -182,12 +192,14 @@ def _launch_starts(data: TraceData) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return host.corr[m][order], host.start[m][order], host.end[m][order]
 
 
-def _idle_breakdown(data: TraceData, sel: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+def idle_breakdown(data: TraceData, sel: dict[str, np.ndarray], float64: bool = False) -> list[dict[str, Any]]:
     """HTA's idle time per stream: gaps between consecutive rows (by start) of GPU activities.
 
     A gap is *host wait* when the row's launch started after the previous row ended (the host was
     late), *kernel wait* when it is shorter than :data:`KERNEL_WAIT_GAP_NS` otherwise, else *other*.
     Gaps are start minus the previous row's end, so overlapping rows give negative gaps (HTA sums them).
+    ``float64=True`` redoes it the way HTA computes, in float64 microseconds parsed from the text
+    (for the cross-check: it shows which differences come from HTA's parsing alone).
     """
     act = np.isin(sel["kind"], (KERNEL, MEMCPY, MEMSET))
     corr, cstart, _cend = _launch_starts(data)
@@ -197,20 +209,41 @@ def _idle_breakdown(data: TraceData, sel: dict[str, np.ndarray]) -> list[dict[st
         order = np.argsort(sel["start"][m], kind="stable")
         start, end, c = sel["start"][m][order], sel["end"][m][order], sel["corr"][m][order]
         pos = np.minimum(np.searchsorted(corr, c), max(len(corr) - 1, 0))
-        launch = np.where((len(corr) > 0) & (corr[pos] == c), cstart[pos] if len(corr) else 0, np.iinfo(np.int64).min)
-        gap = start[1:] - end[:-1]
-        host_wait = launch[1:] > end[:-1]
-        kernel_wait = ~host_wait & (gap < KERNEL_WAIT_GAP_NS)
+        found = (corr[pos] == c) if len(corr) else np.zeros(len(c), dtype=bool)
+        launch = np.where(found, cstart[pos] if len(corr) else 0, np.iinfo(np.int64).min)
+        if float64:
+            s_us, e_us, l_us = _as_hta_floats(start, end, launch)
+            gap, host_wait = s_us[1:] - e_us[:-1], l_us[1:] > e_us[:-1]
+            kernel_wait = ~host_wait & (gap < KERNEL_WAIT_GAP_NS / 1000)
+            scale = 1.0
+        else:
+            gap, host_wait = start[1:] - end[:-1], launch[1:] > end[:-1]
+            kernel_wait = ~host_wait & (gap < KERNEL_WAIT_GAP_NS)
+            scale = 1e-3
         other = ~host_wait & ~kernel_wait
         out.append({
             "stream": int(stream),
-            "host_wait_us": _us(int(gap[host_wait].sum())),
-            "kernel_wait_us": _us(int(gap[kernel_wait].sum())),
-            "other_us": _us(int(gap[other].sum())),
+            "host_wait_us": float(gap[host_wait].sum()) * scale,
+            "kernel_wait_us": float(gap[kernel_wait].sum()) * scale,
+            "other_us": float(gap[other].sum()) * scale,
             "gaps": {"host_wait": int(host_wait.sum()), "kernel_wait": int(kernel_wait.sum()),
                      "other": int(other.sum())},
         })
     return out
+
+
+def _as_hta_floats(start: np.ndarray, end: np.ndarray, launch: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Times as HTA holds them: the float64 nearest each microsecond text, shifted so the first is 0
+    (HTA aligns ranks; the shift is exact), end = start + duration added in float."""
+    def us(ns: np.ndarray) -> np.ndarray:
+        return np.array([n / 1000 for n in ns.tolist()], dtype=np.float64)  # int/int rounds once, exactly
+
+    origin = us(start[:1])[0] if len(start) else 0.0
+    s_us = us(start) - origin
+    e_us = s_us + us(end - start)
+    no_launch = launch == np.iinfo(np.int64).min
+    l_us = np.where(no_launch, -np.inf, us(np.where(no_launch, 0, launch)) - origin)
+    return s_us, e_us, l_us
 
 
 def _launch_stats(data: TraceData, sel: dict[str, np.ndarray], in_scope: np.ndarray) -> dict[str, Any]:
