@@ -276,3 +276,52 @@ def test_operand_precision_reads_raw_json_and_lists_and_ignores_the_rest() -> No
     assert operand_precision(["c10::Float8_e4m3fn"]) == "low"  # the lenient reader keeps a list
     assert operand_precision([7, None, ["float"]]) is None
     assert operand_precision(None) is None
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        # FBGEMM's embedding, permute and quantization kernels: "gemm" in the name, no GEMM.
+        "void fbgemm_gpu::split_embedding_codegen_forward_unweighted_kernel<c10::Half, float>(int)",
+        "void fbgemm_gpu::permute_2D_data_kernel<c10::BFloat16>(int)",
+        "void fbgemm_gpu::quantize_fp8_row_kernel<c10::BFloat16>(int)",
+        # Triton's fused pointwise kernels named after the op they follow.
+        "triton_poi_fused_convolution_backward_0",
+        # The same as a renamed variant: a vendor's GEMM-ish name of no known family.
+        "acme_hgemm_fp16_kernel",
+    ],
+)
+def test_unknown_family_is_not_a_matmul(name: str) -> None:
+    assert not classify_kernel(name).matmul
+
+
+def test_fbgemm_cutlass_gemm_is_a_matmul() -> None:
+    c = classify_kernel("void cutlass::Kernel<fbgemm_gpu::f8f8bf16_rowwise_cutlass_sm90_tensorop>(Params)")
+    assert c.matmul and c.tensor_core
+
+
+@pytest.mark.parametrize("kname", ["void fbgemm_gpu::batched_unary_embeddings_forward_kernel<c10::Half>(int)",
+                                   "acme_hgemm_fp16_kernel"])
+def test_no_precision_finding_on_unknown_family(tmp_path: Path, kname: str) -> None:
+    from stave.trace import trace_findings
+    from stave.trace.report import analyze_paths
+
+    # fp16 is in use (a known bf16 GEMM runs briefly); the long kernel's family is unknown.
+    events = [step(1, 0, 1000)]
+    events += launched("ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_tn", 5, 5, 20, 10, corr=1)
+    events += launched(kname, 10, 5, 40, 900, corr=2)
+    report = analyze_paths([write_trace(tmp_path / "t.json", events)])
+    ids = {f.id for f in trace_findings(report)}
+    assert "TENSOR_CORES_UNUSED" not in ids and "NO_MIXED_PRECISION" not in ids
+
+
+def test_known_family_without_tensor_cores_still_found(tmp_path: Path) -> None:
+    from stave.trace import trace_findings
+    from stave.trace.report import analyze_paths
+
+    # The positive control of the test above: cuBLAS's fp16 GEMM on CUDA cores is a real finding.
+    events = [step(1, 0, 1000)]
+    events += launched("ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_tn", 5, 5, 20, 10, corr=1)
+    events += launched("void gemmSN_TN_kernel<__half, 128, 16, 2, 4, 8, 9, false>(params)", 10, 5, 40, 900, corr=2)
+    report = analyze_paths([write_trace(tmp_path / "t.json", events)])
+    assert "TENSOR_CORES_UNUSED" in {f.id for f in trace_findings(report)}
