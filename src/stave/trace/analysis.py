@@ -69,6 +69,8 @@ class TraceAnalysis:
     collective_s_per_step: float = 0.0
     memory_peak_bytes: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # (major, minor) from the trace's deviceProperties; None when the trace does not say.
+    compute_capability: tuple[int, int] | None = None
     # Numbers with HTA's definitions (stave.trace.hta_metrics); None for a CPU-only trace.
     hta: dict[str, Any] | None = None
 
@@ -106,6 +108,15 @@ def _device_name(metadata: dict[str, Any]) -> str | None:
     return None
 
 
+def _compute_capability(metadata: dict[str, Any]) -> tuple[int, int] | None:
+    props = metadata.get("deviceProperties")
+    if isinstance(props, list) and props and isinstance(props[0], dict):
+        major, minor = props[0].get("computeMajor"), props[0].get("computeMinor", 0)
+        if type(major) is int and type(minor) is int:
+            return major, minor
+    return None
+
+
 def analyze_trace(path: str | Path, order: int = 0) -> TraceAnalysis:
     """Read and analyse one trace file (raises FormatError/InputError for a bad file)."""
     data = load_trace(path)
@@ -140,6 +151,7 @@ def analyze_data(data: TraceData, order: int = 0) -> TraceAnalysis:
         step_time_p90_s=percentile(durations, 90),
         memory_peak_bytes=dict(data.memory_peak_bytes),
         notes=notes,
+        compute_capability=_compute_capability(data.metadata),
     )
     ops = op_tree(data)
     result.top_ops = top_ops(data, ops, windows.start, windows.end)

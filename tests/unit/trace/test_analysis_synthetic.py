@@ -325,3 +325,37 @@ def test_known_family_without_tensor_cores_still_found(tmp_path: Path) -> None:
     events += launched("void gemmSN_TN_kernel<__half, 128, 16, 2, 4, 8, 9, false>(params)", 10, 5, 40, 900, corr=2)
     report = analyze_paths([write_trace(tmp_path / "t.json", events)])
     assert "TENSOR_CORES_UNUSED" in {f.id for f in trace_findings(report)}
+
+
+def _fp32_gemm_trace(tmp_path: Path, name: str, major: int | None) -> Path:
+    events = [step(1, 0, 1000)] + launched("ampere_sgemm_128x64_nn", 5, 5, 20, 900, corr=1)
+    meta = {} if major is None else {"deviceProperties": [{"id": 0, "name": name, "computeMajor": major,
+                                                           "computeMinor": 0}]}
+    return write_trace(tmp_path / "t.json", events, metadata=meta)
+
+
+# The device family comes from the compute capability, not the name: each name is paired with the
+# other family's capability (a renamed device).
+@pytest.mark.parametrize(("name", "major", "dtype"), [
+    ("Tesla V100-SXM2-32GB", 7, "float16"),
+    ("NVIDIA A100-SXM4-80GB", 7, "float16"),
+    ("Tesla V100-SXM2-32GB", 8, "bfloat16"),
+    ("NVIDIA H100 80GB HBM3", 9, "bfloat16"),
+])
+def test_precision_advice_follows_compute_capability(tmp_path: Path, name: str, major: int, dtype: str) -> None:
+    from stave.trace import trace_findings
+    from stave.trace.report import analyze_paths
+
+    report = analyze_paths([_fp32_gemm_trace(tmp_path, name, major)])
+    found = {f.id: f for f in trace_findings(report)}
+    fix = found["NO_MIXED_PRECISION"].fix
+    assert f"dtype=torch.{dtype}" in fix
+    assert ("GradScaler(" in fix) is (dtype == "float16")
+
+
+def test_no_precision_advice_without_tensor_cores(tmp_path: Path) -> None:
+    from stave.trace import trace_findings
+    from stave.trace.report import analyze_paths
+
+    report = analyze_paths([_fp32_gemm_trace(tmp_path, "Tesla P100-PCIE-16GB", 6)])
+    assert "NO_MIXED_PRECISION" not in {f.id for f in trace_findings(report)}
