@@ -175,6 +175,30 @@ def classify_with_operands(name: str, operands: str) -> KernelClass:
     return KernelClass(c.group, c.matmul, tensor_core, precision)
 
 
+# Collective kinds by kernel name (NCCL/RCCL): what a communication kernel does decides which
+# settings can hide it. NCCL implements all-to-all as grouped send/recv (``ncclKernel_SendRecv``).
+_COLLECTIVES = (
+    ("allreduce", re.compile(r"all_?reduce|cross_device_reduce", re.IGNORECASE)),
+    ("reduce_scatter", re.compile(r"reduce_?scatter", re.IGNORECASE)),
+    ("allgather", re.compile(r"all_?gather", re.IGNORECASE)),
+    ("all_to_all", re.compile(r"all_?to_?all", re.IGNORECASE)),
+    ("send_recv", re.compile(r"send_?recv|_send|_recv", re.IGNORECASE)),
+    ("broadcast", re.compile(r"broadcast", re.IGNORECASE)),
+)
+# Collectives that DDP/FSDP issue for gradients and parameters (bucket and prefetch settings apply).
+DATA_PARALLEL_COLLECTIVES = frozenset({"allreduce", "reduce_scatter", "allgather"})
+
+
+@functools.lru_cache(maxsize=4096)
+def collective_of(name: str) -> str:
+    """The collective a communication kernel runs: allreduce, reduce_scatter, allgather, all_to_all,
+    send_recv, broadcast, or other."""
+    for kind, pattern in _COLLECTIVES:
+        if pattern.search(name):
+            return kind
+    return "other"
+
+
 def is_comm_name(name: str) -> bool:
     """True for collective names on the host too (``nccl:all_reduce``, ``gloo:all_reduce``, c10d ops)."""
     return bool(_COMM.search(name)) or name.startswith(("gloo:", "c10d::", "record_param_comms"))

@@ -359,3 +359,24 @@ def test_no_precision_advice_without_tensor_cores(tmp_path: Path) -> None:
 
     report = analyze_paths([_fp32_gemm_trace(tmp_path, "Tesla P100-PCIE-16GB", 6)])
     assert "NO_MIXED_PRECISION" not in {f.id for f in trace_findings(report)}
+
+
+# Exposed communication, its kind from the kernel name: each pair is a kind and a renamed variant
+# (another library's spelling) of it.
+@pytest.mark.parametrize(("kname", "bucket_advice"), [
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", True),
+    ("rccl_kernel_all_reduce_sum_bf16", True),
+    ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", True),
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)", False),
+    ("ncclDevKernel_AllToAll_RING_LL(ncclDevKernelArgsStorage<4096ul>)", False),
+])
+def test_comm_advice_fits_the_collective(tmp_path: Path, kname: str, bucket_advice: bool) -> None:
+    from stave.trace import trace_findings
+    from stave.trace.report import analyze_paths
+
+    events = [step(1, 0, 1000)] + launched("ampere_sgemm_128x64_nn", 5, 5, 20, 200, corr=1)
+    events += launched(kname, 10, 5, 300, 600, corr=2, stream=20)
+    report = analyze_paths([write_trace(tmp_path / "t.json", events)])
+    found = {f.id: f for f in trace_findings(report)}
+    assert "COMM_EXPOSED" in found
+    assert ("bucket_cap_mb" in found["COMM_EXPOSED"].fix) is bucket_advice

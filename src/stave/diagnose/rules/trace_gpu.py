@@ -11,6 +11,7 @@ from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.rules.trace_common import REPORT_MIN_SPEEDUP, mean, speedup, trace_finding
 from stave.trace.analysis import TraceAnalysis
+from stave.trace.kernels import DATA_PARALLEL_COLLECTIVES
 
 # A step that keeps the GPU busy less than 80% of the time leaves a fifth of the hardware unused;
 # well-fed training loops measure 90% and more.
@@ -201,6 +202,26 @@ for x, y in loader:
     )
 
 
+# Gradient all-reduce / reduce-scatter / all-gather: DDP and FSDP settings decide how early they start.
+_DATA_PARALLEL_FIX = """\
+# DDP: overlap gradient all-reduce with backward, in buckets that start early:
+model = DDP(model, device_ids=[local_rank], bucket_cap_mb=25,
+            gradient_as_bucket_view=True, static_graph=True)
+# with gradient accumulation, skip the all-reduce on all but the last micro-step:
+with model.no_sync():
+    loss.backward()
+# FSDP: prefetch the next all-gather during the current layer's compute:
+#   FSDP(model, backward_prefetch=BackwardPrefetch.BACKWARD_PRE, forward_prefetch=True)"""
+# All-to-all (expert / embedding parallelism) and send/recv (pipeline stages): bucket settings do
+# not touch them; only the schedule and the payload do.
+_POINT_TO_POINT_FIX = """\
+# all-to-all / send-recv traffic: DDP bucket settings do not apply. Hide it behind compute:
+# - pipeline parallel: more micro-batches per step, or an interleaved 1F1B schedule
+#   (torch.distributed.pipelining.ScheduleInterleaved1F1B), so stages send while others compute;
+# - expert/embedding all-to-all: overlap the exchange of one micro-batch with the compute of
+#   another, and shrink the payload (bf16/fp8 activations, a lower capacity factor)."""
+
+
 @rule("COMM_EXPOSED", kind="trace")
 def comm_exposed(t: TraceAnalysis) -> Finding | None:
     """Communication that no computation hides."""
@@ -214,6 +235,9 @@ def comm_exposed(t: TraceAnalysis) -> Finding | None:
     est = speedup(T, saved, t.part_mean_s("kernel"))
     if est < REPORT_MIN_SPEEDUP:
         return None
+    by_kind = t.gpu.comm_s_by_collective
+    dominant = max(by_kind, key=by_kind.__getitem__) if by_kind else "other"
+    fix = _DATA_PARALLEL_FIX if dominant in DATA_PARALLEL_COLLECTIVES else _POINT_TO_POINT_FIX
     return trace_finding(
         "COMM_EXPOSED",
         est,
@@ -222,17 +246,13 @@ def comm_exposed(t: TraceAnalysis) -> Finding | None:
             "exposed_communication_per_step_s": saved,
             "communication_overlap": t.gpu.communication_overlap,
             "communication_kernel_s": t.gpu.communication_busy_s,
+            "dominant_collective": dominant,
+            **{f"{k}_kernel_s": v for k, v in sorted(by_kind.items())},
             "step_time_s": T,
         },
-        fix="""\
-# Let DDP overlap gradient all-reduce with backward, in buckets that start early:
-model = DDP(model, device_ids=[local_rank], bucket_cap_mb=25,
-            gradient_as_bucket_view=True, static_graph=True)
-# with gradient accumulation, skip the all-reduce on all but the last micro-step:
-with model.no_sync():
-    loss.backward()""",
+        fix=fix,
         explanation=(
-            "Communication kernels ran while no compute kernel or copy did. Part of it can be a rank "
+            f"Communication kernels (mostly {dominant}) ran while no compute kernel or copy did. Part of it can be a rank "
             "waiting for a slower one (see RANK_STRAGGLER). The estimate hides all of it behind "
             "compute, an upper bound."
         ),
