@@ -41,6 +41,8 @@ class StepWindows:
     cpu_end: np.ndarray
     thread: int
     marked: bool
+    # The ProfilerStep annotations' own starts (``start`` may be later: the queue delay).
+    cpu_start: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.numbers)
@@ -49,6 +51,13 @@ class StepWindows:
     def duration(self) -> np.ndarray:
         """Window lengths (ns)."""
         return self.end - self.start
+
+    def cpu_step_of(self, t: np.ndarray) -> np.ndarray:
+        """Index of the ProfilerStep annotation containing each time, or -1 (the window without markers)."""
+        lo = self.cpu_start if self.cpu_start is not None else self.start
+        i = np.searchsorted(lo, t, side="right") - 1
+        ok = (i >= 0) & (t < self.cpu_end[np.maximum(i, 0)])
+        return np.where(ok, i, -1)
 
     def step_of(self, t: np.ndarray) -> np.ndarray:
         """Index of the window containing each time, or -1."""
@@ -110,7 +119,7 @@ def find_steps(data: TraceData) -> StepWindows:
     # Windows never overlap, so per-step parts can be summed over steps.
     end = np.minimum(end, next_start)
     keep = end > start
-    return StepWindows(numbers[keep], start[keep], end[keep], cpu_end[keep], thread, True)
+    return StepWindows(numbers[keep], start[keep], end[keep], cpu_end[keep], thread, True, cpu_start[keep])
 
 
 def _gpu_of_launches(data: TraceData, start: np.ndarray, cpu_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -86,8 +86,60 @@ def test_sync_attributed_to_op_and_user_line(analysis) -> None:
     (site,) = s.sites
     assert (site.call, site.op, site.file, site.line, site.function) == (
         "cudaStreamSynchronize", "aten::item", "train.py", 12, "train_step")
-    # GPU idle from the call's start (70) to the next kernel (88): no kernel runs in between.
-    assert site.gpu_idle_after_s == pytest.approx(18 * US)
+    # The GPU's last work (the copy, 50-70) ended as the call started: it waited for nothing, so no
+    # GPU idle is charged to it, only its host time.
+    assert site.gpu_idle_after_s == 0.0
+    assert site.blocked_s == pytest.approx(10 * US)
+
+
+def _sync_trace(tmp_path: Path, call: str, copy_name: str | None, kernel_end: float = 78) -> Path:
+    events = [step(1, 0, 100), step(2, 100, 100)]
+    events += launched("ampere_sgemm_128x64_nn", 5, 5, 10, kernel_end - 10, corr=1)
+    events += [op("aten::to", 69, 12), runtime(call, 70, 10, corr=2)]
+    if copy_name is not None:
+        events.append(memcpy(copy_name, 78, 1, corr=2, nbytes=400))
+    events += launched("ampere_sgemm_128x64_nn", 86, 2, 90, 5, corr=3)
+    events += launched("ampere_sgemm_128x64_nn", 110, 2, 115, 80, corr=4)
+    # After the last step: an end-of-loop synchronize is not the loop's.
+    events.append(runtime("cudaDeviceSynchronize", 250, 30, corr=5))
+    return write_trace(tmp_path / "t.json", events)
+
+
+@pytest.mark.parametrize(("call", "copy", "blocking"), [
+    ("cudaStreamSynchronize", None, True),
+    ("cudaMemcpyAsync", "Memcpy DtoH (Device -> Pageable)", True),
+    ("hipMemcpyAsync", "Memcpy DtoH (Device -> Pageable)", True),  # the renamed (ROCm) variant
+    ("cudaMemcpyAsync", "Memcpy DtoH (Device -> Pinned)", False),  # pinned: the host does not wait
+])
+def test_blocking_calls_and_their_cost(tmp_path: Path, call: str, copy: str | None, blocking: bool) -> None:
+    s = analyze_trace(_sync_trace(tmp_path, call, copy)).syncs
+    assert s.calls == (1 if blocking else 0)
+    if blocking:
+        (site,) = s.sites
+        assert site.blocked_s == pytest.approx(10 * US)
+        # The GEMM ran until 78 during the call: from the call's start (70) to the next kernel (90),
+        # minus the 8 µs the GPU was still busy.
+        assert site.gpu_idle_after_s == pytest.approx(12 * US)
+        assert s.largest_call.startswith(call) and s.largest_step == 1
+        assert s.largest_share == pytest.approx(0.1)
+        assert ("pageable" in s.largest_call) is (copy is not None)
+
+
+def test_largest_blocking_call_is_named(tmp_path: Path) -> None:
+    from stave.trace import trace_findings
+    from stave.trace.report import analyze_paths
+
+    # One pageable copy blocks 60 of the step's 100 µs (the GPU computes meanwhile).
+    events = [step(1, 0, 100)]
+    events += launched("ampere_sgemm_128x64_nn", 1, 2, 5, 70, corr=1)
+    events += [op("aten::to", 9, 62), runtime("cudaMemcpyAsync", 10, 60, corr=2),
+               memcpy("Memcpy DtoH (Device -> Pageable)", 75, 1, corr=2, nbytes=400)]
+    events += launched("ampere_sgemm_128x64_nn", 90, 2, 95, 4, corr=3)
+    report = analyze_paths([write_trace(tmp_path / "t.json", events)])
+    found = {f.id: f for f in trace_findings(report)}
+    assert "SYNC_IN_LOOP" in found
+    assert "cudaMemcpyAsync (pageable copy)" in found["SYNC_IN_LOOP"].title
+    assert "aten::to" in found["SYNC_IN_LOOP"].title
 
 
 def test_top_ops_self_time(analysis) -> None:
