@@ -163,6 +163,7 @@ def analyze_data(data: TraceData, order: int = 0) -> TraceAnalysis:
         result.launch = launch_bound(data, launches, scope, windows.start, windows.end)
         result.syncs = analyze_syncs(data, windows, ops, python_tree(data))
         result.hta = hta_section(data, windows)
+        result.notes.extend(_outside_notes(result.hta))
     return result
 
 
@@ -215,6 +216,19 @@ def _notes(data: TraceData, windows: StepWindows) -> list[str]:
         notes.append("GPU activities carry no correlation ids: launch and host-wait analysis is limited")
     notes.extend(_long_runtime_calls(data, windows))
     return notes
+
+
+def _outside_notes(hta: dict[str, Any]) -> list[str]:
+    """A note when GPU work launched before the first profiled step runs inside the step windows."""
+    outside = hta["facts"].get("outside_steps") or {}
+    before = outside.get("launched_before_first_step") or {}
+    if before.get("inside_step_windows_us", 0) <= 0:
+        return []
+    return [
+        f"{before['count']} GPU activities ({before['inside_step_windows_us'] / 1e3:.3g} ms inside the step windows) "
+        "were launched before the first profiled step: the tail of an unprofiled iteration. The per-step "
+        "breakdown counts the GPU time it overlaps; the hta section's facts.outside_steps gives it apart"
+    ]
 
 
 # A training step's runtime calls are launches and allocations of microseconds; one call that alone

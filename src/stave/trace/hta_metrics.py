@@ -300,11 +300,33 @@ def _facts(data: TraceData, windows: StepWindows) -> dict[str, Any]:
         cpu_steps.append({"number": step_ids[int(host.name[r])], "start_ns": lo, "end_ns": hi,
                           "kernels_launched": int(inside.sum())})
     facts["cpu_profiler_steps"] = cpu_steps
+    facts["outside_steps"] = _outside_steps(data, windows, rows, launched, launch_ts) if len(rows) else None
     facts["gpu_aware_steps"] = [
         {"number": int(windows.numbers[i]), "start_ns": int(windows.start[i]), "end_ns": int(windows.end[i])}
         for i in range(len(windows))
     ] if windows.marked else []
     return facts
+
+
+def _outside_steps(data: TraceData, windows: StepWindows, step_rows: np.ndarray, launched: np.ndarray,
+                   launch_ts: np.ndarray) -> dict[str, Any]:
+    """GPU work not launched from inside a profiled step: before the first (an unprofiled iteration
+    still draining), after the last (end-of-loop calls), or with no launch call in the trace. Each:
+    count, GPU time, and the part of it inside stave's GPU-aware step windows."""
+    g, host = data.gpu, data.host
+    first, last = int(host.start[step_rows].min()), int(host.end[step_rows].max())
+    groups = {
+        "launched_before_first_step": launched & (launch_ts < first),
+        "launched_after_last_step": launched & (launch_ts >= last),
+        "no_launch_call": ~launched,
+    }
+    out: dict[str, Any] = {}
+    for key, m in groups.items():
+        spans = iv.merge(g.start[m], g.end[m])
+        inside = int(iv.measure_in(spans, windows.start, windows.end).sum()) if len(windows) else 0
+        out[key] = {"count": int(m.sum()), "time_us": _us(int((g.end[m] - g.start[m]).sum())),
+                    "inside_step_windows_us": _us(inside)}
+    return out
 
 
 def _memcpy(data: TraceData) -> list[dict[str, Any]]:

@@ -85,3 +85,27 @@ def test_no_step_markers_keep_everything(tmp_path: Path) -> None:
 ])
 def test_kernel_type_is_htas(name: str, kind: str) -> None:
     assert kernel_type(name) == kind
+
+
+def test_profiled_step_after_unprofiled_ones(tmp_path: Path) -> None:
+    # The unprofiled iteration before step 5 launched a long kernel (launch at -50) that still runs
+    # when step 5 begins; step 5's own kernel comes after it. Work after the last step is apart too.
+    events = [step(5, 0, 100)]
+    events += launched("ampere_sgemm_128x64_nn", -50, 5, -40, 70, corr=1)
+    events += launched("ampere_sgemm_128x64_nn", 10, 5, 40, 30, corr=2)
+    events += launched("ampere_sgemm_128x64_nn", 150, 5, 160, 10, corr=3)
+    a = analyze_trace(write_trace(tmp_path / "t.json", events))
+    out = a.hta["facts"]["outside_steps"]
+    assert out["launched_before_first_step"]["count"] == 1
+    assert out["launched_before_first_step"]["time_us"] == 70.0
+    assert out["launched_before_first_step"]["inside_step_windows_us"] == 30.0
+    assert out["launched_after_last_step"]["count"] == 1
+    assert [s["kernels_launched"] for s in a.hta["facts"]["cpu_profiler_steps"]] == [1]
+    assert any("before the first profiled step" in n for n in a.notes)
+
+
+def test_no_outside_note_when_steps_own_their_work(tmp_path: Path) -> None:
+    events = [step(5, 0, 100)] + launched("ampere_sgemm_128x64_nn", 10, 5, 20, 30, corr=2)
+    a = analyze_trace(write_trace(tmp_path / "t.json", events))
+    assert a.hta["facts"]["outside_steps"]["launched_before_first_step"]["count"] == 0
+    assert not any("before the first profiled step" in n for n in a.notes)
