@@ -100,6 +100,10 @@ def gpu_entry(t: TraceAnalysis) -> dict[str, Any] | None:
             "blocked_s": s.blocked_s,
             "gpu_idle_after_s": sum(s.gpu_idle_after_ns_per_step) / 1e9,
             "sites": [dataclasses.asdict(x) for x in s.sites],
+            "largest": None if s.largest_call is None else {
+                "call": s.largest_call, "op": s.largest_op, "blocked_s": s.largest_blocked_s,
+                "step": s.largest_step, "share_of_step": s.largest_share,
+            },
         }
     return out
 

@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             cats = sorted({r.category for r in rows if not r.agrees and r.passes})
             largest = max((abs(r.stave - r.hta) for r in rows if r.agrees and r.stave is not None
                            and r.hta is not None), default=0.0)
-            summary.append(f"| {p.name} | {len(rows)} | {sum(r.agrees for r in rows)} | "
+            summary.append(f"| {p.parent.name}/{p.name} | {len(rows)} | {sum(r.agrees for r in rows)} | "
                            + (", ".join(f"{c}: {sum(r.category == c and not r.agrees for r in rows)}" for c in cats)
                               or "-")
                            + f" | {sum(not r.passes for r in rows)} | {largest:.3f} |")
