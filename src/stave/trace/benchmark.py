@@ -129,6 +129,8 @@ def run_one(path: Path, out: Path) -> None:
     for t in result["traces"]:
         for key in ("path", "compressed", "uncompressed_bytes"):
             t.pop(key)
+    for h in result.get("hta", []):
+        h.pop("path")
     out.write_text(json.dumps({"wall_s": wall, "cpu_s": cpu, "peak_rss_bytes": rss,
                                "uncompressed_bytes": report.traces[0].uncompressed_bytes, "report": result}))
 
@@ -153,6 +155,32 @@ def _measure(path: Path, workdir: Path, src: Path | None = None) -> dict[str, An
         env["PYTHONPATH"] = os.pathsep.join([str(src)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     subprocess.run([sys.executable, "-m", "stave.trace.benchmark", "--run-one", str(path), str(out)],
                    check=True, env=env)
+    return json.loads(out.read_text())
+
+
+# Reads one trace into stave's tables only (no analysis) and reports like run_one; run with -c so
+# that any stave version (a --baseline without this module's options) can run it.
+_READER_ONLY = """
+import json, sys, time
+from stave.trace.tables import load_trace
+t0, c0 = time.perf_counter(), time.process_time()
+data = load_trace(sys.argv[1])
+wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+rss = 0
+for line in open("/proc/self/status"):
+    if line.startswith("VmHWM:"):
+        rss = int(line.split()[1]) * 1024
+json.dump({"wall_s": wall, "cpu_s": cpu, "peak_rss_bytes": rss,
+           "uncompressed_bytes": data.stats.uncompressed_bytes, "report": None}, open(sys.argv[2], "w"))
+"""
+
+
+def _measure_reader(path: Path, workdir: Path, src: Path | None = None) -> dict[str, Any]:
+    out = workdir / f"reader.{path.name}.json"
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(src)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    subprocess.run([sys.executable, "-c", _READER_ONLY, str(path), str(out)], check=True, env=env)
     return json.loads(out.read_text())
 
 
@@ -221,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", type=Path, help="where to write the big traces (default: a temp dir, removed)")
     p.add_argument("--parsers", action="store_true", help="also compare JSON parsers on the source trace")
     p.add_argument("--out", type=Path, help="write the results as JSON")
+    p.add_argument("--reader-only", action="store_true",
+                   help="time reading into tables only (no analysis, no report comparison)")
     p.add_argument("--baseline", type=Path, metavar="SRC",
                    help="the src folder of another stave version: measured interleaved, ratio reported")
     p.add_argument("--run-one", nargs=2, metavar=("TRACE", "OUT"), help=argparse.SUPPRESS)
@@ -234,19 +264,24 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict[str, Any] = {"source": str(source), "size_mb": args.size_mb, "layouts": {}}
     try:
         t0 = time.perf_counter()
-        paths = build_traces(source, workdir, args.size_mb)
+        existing = {"pretty": workdir / "big.pretty.json", "min": workdir / "big.min.json",
+                    "gz": workdir / "big.pretty.json.gz"}
+        # A --workdir that already holds the three files (a previous run's) is reused as it is.
+        reuse = args.workdir is not None and all(p.exists() for p in existing.values())
+        paths = existing if reuse else build_traces(source, workdir, args.size_mb)
         progress(f"built traces in {time.perf_counter() - t0:.0f} s: "
                  + ", ".join(f"{k} {v.stat().st_size / 1e6:.0f} MB" for k, v in paths.items()))
         runs: dict[str, list[dict[str, Any]]] = {k: [] for k in paths}
         base_runs: dict[str, list[dict[str, Any]]] = {k: [] for k in paths}
         for r in range(args.rounds):
             for layout, path in paths.items():
-                res = _measure(path, workdir)
+                measure = _measure_reader if args.reader_only else _measure
+                res = measure(path, workdir)
                 runs[layout].append(res)
                 progress(f"round {r + 1} {layout:6s} {res['uncompressed_bytes'] / 1e6 / res['wall_s']:6.1f} MB/s "
                          f"wall, peak RSS {res['peak_rss_bytes'] / 2**20:.0f} MiB")
                 if args.baseline is not None:
-                    base = _measure(path, workdir, args.baseline)
+                    base = measure(path, workdir, args.baseline)
                     base_runs[layout].append(base)
                     progress(f"round {r + 1} {layout:6s} {base['uncompressed_bytes'] / 1e6 / base['wall_s']:6.1f} "
                              "MB/s wall (baseline)")
@@ -274,9 +309,10 @@ def main(argv: list[str] | None = None) -> int:
                     "cpu_ratio": statistics.median(x["cpu_s"] for x in base_runs[layout]) / statistics.median(
                         x["cpu_s"] for x in rs),
                 }
-        summary["identical_results"] = identical
-        summary["events"] = runs["pretty"][0]["report"]["traces"][0]["events"]
-        summary["steps"] = runs["pretty"][0]["report"]["traces"][0]["step_count"]
+        summary["identical_results"] = None if args.reader_only else identical
+        if not args.reader_only:
+            summary["events"] = runs["pretty"][0]["report"]["traces"][0]["events"]
+            summary["steps"] = runs["pretty"][0]["report"]["traces"][0]["step_count"]
         if args.parsers:
             summary["parsers"] = compare_parsers(source, args.rounds)
     finally:

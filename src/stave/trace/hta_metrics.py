@@ -35,6 +35,7 @@ direction and host memory kind, sync calls by name, kernels launched per CPU ste
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -65,6 +66,7 @@ _LAUNCH_CALLS = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcp
 _MEMCPY_NAME = re.compile(r"^Memcpy (\w+)(?: \((\w+) -> (\w+)\))?")
 
 
+@functools.lru_cache(maxsize=65536)
 def kernel_type(name: str) -> str:
     """HTA's class of a GPU row by name: COMMUNICATION, MEMORY, COMPUTATION or OTHER."""
     if _COMM.match(name):
@@ -86,16 +88,19 @@ def _union_ns(start: np.ndarray, end: np.ndarray) -> int:
 
 
 def _types(data: TraceData, names: np.ndarray) -> np.ndarray:
-    cache: dict[int, str] = {}
-    return np.array([cache.setdefault(n, kernel_type(data.names[n])) for n in names.tolist()], dtype=object)
+    """HTA's kernel type of each row, classified once per distinct name."""
+    unique, inverse = np.unique(names, return_inverse=True)
+    kinds = np.array([kernel_type(data.names[n]) for n in unique.tolist()], dtype=object)
+    return kinds[inverse] if len(unique) else np.zeros(0, dtype=object)
 
 
 def hta_section(data: TraceData, windows: StepWindows) -> dict[str, Any]:
     """The ``hta`` entry of one rank (module docstring): both scopes, then whole-file facts."""
     rows = _gpu_rows(data)
+    launches = _launch_starts(data)
     return {
-        "scopes": {scope: _scope(data, rows, scope) for scope in ("default", "last_step_kept")},
-        "facts": _facts(data, windows),
+        "scopes": {scope: _scope(data, rows, scope, launches) for scope in ("default", "last_step_kept")},
+        "facts": _facts(data, windows, launches),
     }
 
 
@@ -146,7 +151,8 @@ def _select(data: TraceData, rows: dict[str, np.ndarray], scope: str) -> tuple[d
     return sel, in_scope
 
 
-def _scope(data: TraceData, rows: dict[str, np.ndarray], scope: str) -> dict[str, Any]:
+def _scope(data: TraceData, rows: dict[str, np.ndarray], scope: str,
+           launches: tuple[np.ndarray, np.ndarray, np.ndarray]) -> dict[str, Any]:
     sel, in_scope = _select(data, rows, scope)
     out: dict[str, Any] = {"gpu_rows": int(len(sel["start"]))}
     if not len(sel["start"]):
@@ -179,7 +185,7 @@ def _scope(data: TraceData, rows: dict[str, np.ndarray], scope: str) -> dict[str
         if v > 0
     }
     out["comm_comp_overlap"] = both / comm_total if comm_total else None
-    out["idle_breakdown"] = idle_breakdown(data, sel)
+    out["idle_breakdown"] = idle_breakdown(data, sel, launches=launches)
     out["launch"] = _launch_stats(data, sel, in_scope)
     return out
 
@@ -192,7 +198,8 @@ def _launch_starts(data: TraceData) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return host.corr[m][order], host.start[m][order], host.end[m][order]
 
 
-def idle_breakdown(data: TraceData, sel: dict[str, np.ndarray], float64: bool = False) -> list[dict[str, Any]]:
+def idle_breakdown(data: TraceData, sel: dict[str, np.ndarray], float64: bool = False,
+                   launches: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> list[dict[str, Any]]:
     """HTA's idle time per stream: gaps between consecutive rows (by start) of GPU activities.
 
     A gap is *host wait* when the row's launch started after the previous row ended (the host was
@@ -202,7 +209,7 @@ def idle_breakdown(data: TraceData, sel: dict[str, np.ndarray], float64: bool = 
     (for the cross-check: it shows which differences come from HTA's parsing alone).
     """
     act = np.isin(sel["kind"], (KERNEL, MEMCPY, MEMSET))
-    corr, cstart, _cend = _launch_starts(data)
+    corr, cstart, _cend = launches if launches is not None else _launch_starts(data)
     out = []
     for stream in np.unique(sel["stream"][act]).tolist():
         m = act & (sel["stream"] == stream)
@@ -273,7 +280,7 @@ def _launch_stats(data: TraceData, sel: dict[str, np.ndarray], in_scope: np.ndar
     }
 
 
-def _facts(data: TraceData, windows: StepWindows) -> dict[str, Any]:
+def _facts(data: TraceData, windows: StepWindows, launches: tuple[np.ndarray, np.ndarray, np.ndarray]) -> dict[str, Any]:
     """Whole-file facts (module docstring): every GPU activity, every step."""
     g, host = data.gpu, data.host
     k = g.kind == KERNEL
@@ -287,18 +294,18 @@ def _facts(data: TraceData, windows: StepWindows) -> dict[str, Any]:
     is_step = np.isin(host.name, list(step_ids)) if step_ids else np.zeros(len(host), dtype=bool)
     rows = np.flatnonzero(is_step)
     rows = rows[np.argsort(host.start[rows], kind="stable")]
-    corr, cstart, _ = _launch_starts(data)
+    corr, cstart, _ = launches
     pos = np.minimum(np.searchsorted(corr, g.corr), max(len(corr) - 1, 0))
     launched = (g.corr >= 0) & (len(corr) > 0)
     if len(corr):
         launched &= corr[pos] == g.corr
     launch_ts = np.where(launched, cstart[pos] if len(corr) else 0, 0)
+    kernel_launches = np.sort(launch_ts[launched & k])
     cpu_steps = []
     for r in rows.tolist():
         lo, hi = int(host.start[r]), int(host.end[r])
-        inside = launched & k & (launch_ts >= lo) & (launch_ts < hi)
-        cpu_steps.append({"number": step_ids[int(host.name[r])], "start_ns": lo, "end_ns": hi,
-                          "kernels_launched": int(inside.sum())})
+        n = int(np.searchsorted(kernel_launches, hi, side="left") - np.searchsorted(kernel_launches, lo, side="left"))
+        cpu_steps.append({"number": step_ids[int(host.name[r])], "start_ns": lo, "end_ns": hi, "kernels_launched": n})
     facts["cpu_profiler_steps"] = cpu_steps
     facts["outside_steps"] = _outside_steps(data, windows, rows, launched, launch_ts) if len(rows) else None
     facts["gpu_aware_steps"] = [
