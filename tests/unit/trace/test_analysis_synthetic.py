@@ -432,3 +432,18 @@ def test_comm_advice_fits_the_collective(tmp_path: Path, kname: str, bucket_advi
     found = {f.id: f for f in trace_findings(report)}
     assert "COMM_EXPOSED" in found
     assert ("bucket_cap_mb" in found["COMM_EXPOSED"].fix) is bucket_advice
+
+
+@pytest.mark.parametrize(("compute_stream", "copy_stream"), [(7, 20), (20, 7)])  # and renamed streams
+def test_queue_delay_ignores_an_idle_extra_stream(tmp_path: Path, compute_stream: int, copy_stream: int) -> None:
+    # Step 1 launches 300 µs of GPU work; step 2's annotation (100-120) launches a copy on an idle
+    # stream (it starts at once) and a kernel that queues behind step 1's until 300.
+    events = [step(1, 0, 100), step(2, 100, 20)]
+    events += launched("ampere_sgemm_128x64_nn", 5, 5, 10, 290, corr=1, stream=compute_stream)
+    events += [runtime("cudaMemcpyAsync", 101, 3, corr=2),
+               memcpy("Memcpy HtoD (Pinned -> Device)", 105, 2, corr=2, nbytes=64, stream=copy_stream)]
+    events += launched("ampere_sgemm_128x64_nn", 110, 5, 300, 50, corr=3, stream=compute_stream)
+    a = analyze_trace(write_trace(tmp_path / "t.json", events))
+    # Step 2's window starts where its own kernel's queueing puts it: 100 + (300 - 110).
+    assert a.steps[1].start_s == pytest.approx(290 * US)
+    assert a.steps[1].duration_s == pytest.approx(60 * US)
