@@ -84,7 +84,8 @@ def no_mixed_precision(t: TraceAnalysis) -> Finding | None:
     return trace_finding(
         "NO_MIXED_PRECISION",
         est,
-        f"Matmuls run in fp32/TF32 ({(tf32 + fp32) / T:.0%} of the step); no fp16/bf16 kernel ran",
+        f"Matmuls run in {'fp32' if dtype == 'fp16' else 'fp32/TF32'} ({(tf32 + fp32) / T:.0%} of the step); "
+        "no fp16/bf16 kernel ran",
         {
             "tf32_matmul_per_step_s": tf32,
             "fp32_matmul_per_step_s": fp32,
@@ -95,8 +96,9 @@ def no_mixed_precision(t: TraceAnalysis) -> Finding | None:
         },
         fix=fix,
         explanation=(
-            "Every matmul/convolution kernel works on fp32 data (on CUDA cores, or TF32 tensor "
-            f"cores) and no kernel touched fp16/bf16. Use {dtype} autocast: {why}."
+            "Every matmul/convolution kernel works on fp32 data ("
+            + ("on CUDA cores" if dtype == "fp16" else "on CUDA cores, or TF32 tensor cores")
+            + f") and no kernel touched fp16/bf16. Use {dtype} autocast: {why}."
         ),
     )
 
