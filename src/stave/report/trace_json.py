@@ -87,6 +87,10 @@ def gpu_entry(t: TraceAnalysis) -> dict[str, Any] | None:
             "blocked_s": s.blocked_s,
             "gpu_idle_after_s": sum(s.gpu_idle_after_ns_per_step) / 1e9,
             "sites": [dataclasses.asdict(x) for x in s.sites],
+            "largest": None if s.largest_call is None else {
+                "call": s.largest_call, "op": s.largest_op, "blocked_s": s.largest_blocked_s,
+                "step": s.largest_step, "share_of_step": s.largest_share,
+            },
         }
     return out
 
@@ -104,6 +108,7 @@ def trace_json(report: TraceReport) -> dict[str, Any]:
             "traces": [trace_entry(t) for t in report.traces],
             "steps": steps,
             "gpu": [g for g in (gpu_entry(t) for t in report.traces) if g is not None],
+            "hta": [{"rank": t.rank, "path": t.path, **t.hta} for t in report.traces if t.hta is not None],
             "ranks": [dataclasses.asdict(r) for r in report.rank_timings],
             "findings": [f.to_dict() for f in report.findings],
             "skipped": [dataclasses.asdict(s) for s in report.skipped],

@@ -19,6 +19,7 @@ from stave.measure.steps import step_time_s
 from stave.trace import intervals as iv
 from stave.trace.breakdown import StepBreakdown, cpu_breakdown, gpu_breakdown, kernel_groups, name_mask
 from stave.trace.gpu import GpuSummary, analyze_gpu
+from stave.trace.hta_metrics import hta_section
 from stave.trace.kernels import is_comm_name
 from stave.trace.launches import LaunchBound, launch_bound, launch_info
 from stave.trace.nesting import OpStat, op_tree, python_tree, top_ops
@@ -69,6 +70,10 @@ class TraceAnalysis:
     collective_s_per_step: float = 0.0
     memory_peak_bytes: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # (major, minor) from the trace's deviceProperties; None when the trace does not say.
+    compute_capability: tuple[int, int] | None = None
+    # Numbers with HTA's definitions (stave.trace.hta_metrics); None for a CPU-only trace.
+    hta: dict[str, Any] | None = None
 
     @property
     def step_count(self) -> int:
@@ -101,6 +106,15 @@ def _device_name(metadata: dict[str, Any]) -> str | None:
     if isinstance(props, list) and props and isinstance(props[0], dict):
         name = props[0].get("name")
         return name if isinstance(name, str) else None
+    return None
+
+
+def _compute_capability(metadata: dict[str, Any]) -> tuple[int, int] | None:
+    props = metadata.get("deviceProperties")
+    if isinstance(props, list) and props and isinstance(props[0], dict):
+        major, minor = props[0].get("computeMajor"), props[0].get("computeMinor", 0)
+        if type(major) is int and type(minor) is int:
+            return major, minor
     return None
 
 
@@ -138,6 +152,7 @@ def analyze_data(data: TraceData, order: int = 0) -> TraceAnalysis:
         step_time_p90_s=percentile(durations, 90),
         memory_peak_bytes=dict(data.memory_peak_bytes),
         notes=notes,
+        compute_capability=_compute_capability(data.metadata),
     )
     ops = op_tree(data)
     result.top_ops = top_ops(data, ops, windows.start, windows.end)
@@ -148,6 +163,8 @@ def analyze_data(data: TraceData, order: int = 0) -> TraceAnalysis:
         scope = windows.step_of(data.gpu.start) >= 0
         result.launch = launch_bound(data, launches, scope, windows.start, windows.end)
         result.syncs = analyze_syncs(data, windows, ops, python_tree(data))
+        result.hta = hta_section(data, windows)
+        result.notes.extend(_outside_notes(result.hta))
     return result
 
 
@@ -200,6 +217,19 @@ def _notes(data: TraceData, windows: StepWindows) -> list[str]:
         notes.append("GPU activities carry no correlation ids: launch and host-wait analysis is limited")
     notes.extend(_long_runtime_calls(data, windows))
     return notes
+
+
+def _outside_notes(hta: dict[str, Any]) -> list[str]:
+    """A note when GPU work launched before the first profiled step runs inside the step windows."""
+    outside = hta["facts"].get("outside_steps") or {}
+    before = outside.get("launched_before_first_step") or {}
+    if before.get("inside_step_windows_us", 0) <= 0:
+        return []
+    return [
+        f"{before['count']} GPU activities ({before['inside_step_windows_us'] / 1e3:.3g} ms inside the step windows) "
+        "were launched before the first profiled step: the tail of an unprofiled iteration. The per-step "
+        "breakdown counts the GPU time it overlaps; the hta section's facts.outside_steps gives it apart"
+    ]
 
 
 # A training step's runtime calls are launches and allocations of microseconds; one call that alone

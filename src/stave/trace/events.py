@@ -35,19 +35,24 @@ class EventArgs(msgspec.Struct, gc=False):
 
 
 class Event(msgspec.Struct, gc=False):
-    """One trace event. ``ts``/``dur`` are microseconds as written (int or float)."""
+    """One trace event. ``ts``/``dur`` are microseconds as written: an int, or the text of a
+    fractional literal (never a float: see :mod:`stave.trace.times`)."""
 
     ph: str = ""
     cat: str = ""
     name: str = ""
     pid: int | str = 0
     tid: int | str = 0
-    ts: int | float | None = None
-    dur: int | float | None = None
+    # Untyped so that the decoder's float_hook sees fractional times and keeps their text.
+    ts: Any = None
+    dur: Any = None
     args: EventArgs | None = None
 
 
-EVENT_LIST_DECODER = msgspec.json.Decoder(list[Event])
+# float_hook applies to the untyped fields only (ts, dur): their literals stay text, parsed exactly.
+EVENT_LIST_DECODER = msgspec.json.Decoder(list[Event], float_hook=str)
+# The same for a piece re-read leniently (any value of any field).
+LENIENT_DECODER = msgspec.json.Decoder(float_hook=str)
 
 _EVENT_FIELDS: dict[str, tuple[type, ...]] = {
     "ph": (str,),
@@ -55,8 +60,8 @@ _EVENT_FIELDS: dict[str, tuple[type, ...]] = {
     "name": (str,),
     "pid": (int, str),
     "tid": (int, str),
-    "ts": (int, float),
-    "dur": (int, float),
+    "ts": (int, str),
+    "dur": (int, str),
 }
 _ARG_FIELDS: dict[str, tuple[str, tuple[type, ...]]] = {
     "correlation": ("correlation", (int,)),
@@ -87,6 +92,11 @@ def event_from_dict(obj: Any) -> Event | None:
     if not isinstance(obj, dict):
         return None
     fields = {key: obj[key] for key, types in _EVENT_FIELDS.items() if key in obj and _ok(obj[key], types)}
+    for key in ("ts", "dur"):
+        value = obj.get(key)
+        if isinstance(value, float):
+            # A caller that parsed floats itself: its shortest repr is the literal it read.
+            fields[key] = repr(value)
     raw_args = obj.get("args")
     if isinstance(raw_args, dict):
         args = {

@@ -24,7 +24,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from stave.trace import intervals as iv
-from stave.trace.kernels import COMMUNICATION, COMPUTE, MEMORY, classify_kernel, classify_with_operands, short_name
+from stave.trace.kernels import (
+    COMMUNICATION,
+    COMPUTE,
+    MEMORY,
+    classify_kernel,
+    classify_with_operands,
+    collective_of,
+    short_name,
+)
 from stave.trace.launches import LaunchInfo
 from stave.trace.steps import StepWindows
 from stave.trace.tables import KERNEL, MEMCPY, TraceData
@@ -105,6 +113,8 @@ class GpuSummary:
     pageable_h2d_exposed_ns_per_step: list[int] = field(default_factory=list)
     pageable_h2d_per_step: float = 0.0
     matmul_ns_per_step: dict[str, list[int]] = field(default_factory=dict)
+    # Communication kernel time (sum of durations, in steps) per collective kind (kernels.collective_of).
+    comm_s_by_collective: dict[str, float] = field(default_factory=dict)
 
 
 def in_scope(data: TraceData, windows: StepWindows) -> np.ndarray:
@@ -185,7 +195,18 @@ def analyze_gpu(data: TraceData, windows: StepWindows, launches: LaunchInfo) -> 
         pageable_h2d_exposed_ns_per_step=iv.measure_in(iv.subtract(busy(pageable), kernels), ws, we).tolist(),
         pageable_h2d_per_step=int(pageable.sum()) / len(windows) if len(windows) else 0.0,
         matmul_ns_per_step=matmul_steps,
+        comm_s_by_collective=_by_collective(data, comm),
     )
+
+
+def _by_collective(data: TraceData, comm: np.ndarray) -> dict[str, float]:
+    gpu = data.gpu
+    out: dict[str, float] = {}
+    for name_id in np.unique(gpu.name[comm]).tolist():
+        m = comm & (gpu.name == name_id)
+        kind = collective_of(data.names[name_id])
+        out[kind] = out.get(kind, 0.0) + int((gpu.end[m] - gpu.start[m]).sum()) / 1e9
+    return out
 
 
 def _matmul_time(

@@ -4,7 +4,7 @@ Kernel names are the only description a trace carries, and they follow the libra
 
 * communication: NCCL/RCCL/HCCL kernels (``ncclDevKernel_AllReduce...``, ``ncclKernel_SendRecv...``)
   and custom all-reduce kernels;
-* matmul-like (GEMM, convolution, attention): cuBLAS/cuBLASLt (``sgemm``, ``s16816gemm``, ``nvjet_*``),
+* matmul-like (GEMM, convolution, attention), only with a library's mark (see ``_LIBRARY``): cuBLAS/cuBLASLt (``sgemm``, ``s16816gemm``, ``nvjet_*``),
   CUTLASS (``cutlass_80_tensorop_*``), cuDNN (``implicit_convolve``, ``xmma_fprop``), flash/efficient
   attention (``flash_fwd``, ``fmha``), Triton matmul templates (``triton_tem_*mm``), ROCm Tensile
   (``Cijk_*``) and MIOpen;
@@ -38,6 +38,21 @@ _MATMUL = re.compile(
     r"|conv(?!ert)|winograd|dgrad|wgrad|fprop|flash|fmha|attention|Cijk_|miopen|igemm",
     re.IGNORECASE,
 )
+# A generic word ("gemm", "conv", "attention") is not evidence: FBGEMM's embedding and quantization
+# kernels, Triton's fused pointwise kernels and vendors' own names contain them too. A name is a
+# matmul only when it also carries the mark of a library that ships GEMM/conv/attention kernels
+# (cuBLAS/cuBLASLt by its architecture-prefixed and helper names and nvjet, CUTLASS, cuDNN, flash
+# and memory-efficient attention, ROCm Tensile and MIOpen, PyTorch's native convolutions) or is a
+# Triton matmul template; otherwise only the launching op's operands can say so
+# (:func:`classify_with_operands`).
+_LIBRARY = re.compile(
+    r"cublas|nvjet|cutlass|cudnn|xmma|hmma|gmma|imma|mfma|tensorop|flash|fmha|MemEffAttention|Cijk_|miopen"
+    r"|implicit_convolve|winograd|gemv2|gemmSN|gemmk1|^(?:void )?(?:ampere|volta|turing|maxwell|pascal|hopper"
+    r"|ada|sm\d+)_|at::native::\S*conv",
+    re.IGNORECASE,
+)
+# FBGEMM's own kernels (embedding bags, permutes, quantization) are not matmuls; its GEMMs are CUTLASS.
+_NOT_MATMUL_FAMILY = re.compile(r"fbgemm(?!.*cutlass)", re.IGNORECASE)
 _TRITON_MM = re.compile(r"^triton_.*(?:tem_|_mm|_bmm|_addmm|matmul|_dot)", re.IGNORECASE)
 _TENSOR_CORE = re.compile(
     r"hmma|gmma|wgmma|xmma|imma|mfma|tensorop|nvjet|flash|fmha"
@@ -76,7 +91,8 @@ def classify_kernel(name: str) -> KernelClass:
     if _COMM.search(name):
         return KernelClass(COMMUNICATION, False, False, _precision(name))
     triton_mm = bool(_TRITON_MM.search(name))
-    matmul = triton_mm or bool(_MATMUL.search(name))
+    matmul = triton_mm or (bool(_MATMUL.search(name)) and bool(_LIBRARY.search(name))
+                           and not _NOT_MATMUL_FAMILY.search(name))
     precision = _precision(name)
     # Tensor cores have no plain-fp32 mode (fp32 data goes through them as TF32), so a kernel named
     # fp32 runs on CUDA cores whatever family it belongs to.
@@ -138,6 +154,10 @@ def classify_with_operands(name: str, operands: str) -> KernelClass:
     (TF32 when the name says tensor cores, fp32 otherwise) but never override a name that says
     low precision (a cast kernel reads fp32 and writes bf16)."""
     c = classify_kernel(name)
+    if not c.matmul and c.group == COMPUTE and _MATMUL.search(name) and not _NOT_MATMUL_FAMILY.search(name):
+        # A GEMM-like name of no known library, launched by a matmul-like op (only those ops'
+        # operands are recorded): the op is the evidence. Its helpers (bias adds, casts) stay as they are.
+        c = KernelClass(c.group, True, False, c.precision)
     precision = c.precision
     if operands == "low":
         precision = "low"
@@ -153,6 +173,30 @@ def classify_with_operands(name: str, operands: str) -> KernelClass:
         and precision != "fp32"
     )
     return KernelClass(c.group, c.matmul, tensor_core, precision)
+
+
+# Collective kinds by kernel name (NCCL/RCCL): what a communication kernel does decides which
+# settings can hide it. NCCL implements all-to-all as grouped send/recv (``ncclKernel_SendRecv``).
+_COLLECTIVES = (
+    ("allreduce", re.compile(r"all_?reduce|cross_device_reduce", re.IGNORECASE)),
+    ("reduce_scatter", re.compile(r"reduce_?scatter", re.IGNORECASE)),
+    ("allgather", re.compile(r"all_?gather", re.IGNORECASE)),
+    ("all_to_all", re.compile(r"all_?to_?all", re.IGNORECASE)),
+    ("send_recv", re.compile(r"send_?recv|_send|_recv", re.IGNORECASE)),
+    ("broadcast", re.compile(r"broadcast", re.IGNORECASE)),
+)
+# Collectives that DDP/FSDP issue for gradients and parameters (bucket and prefetch settings apply).
+DATA_PARALLEL_COLLECTIVES = frozenset({"allreduce", "reduce_scatter", "allgather"})
+
+
+@functools.lru_cache(maxsize=4096)
+def collective_of(name: str) -> str:
+    """The collective a communication kernel runs: allreduce, reduce_scatter, allgather, all_to_all,
+    send_recv, broadcast, or other."""
+    for kind, pattern in _COLLECTIVES:
+        if pattern.search(name):
+            return kind
+    return "other"
 
 
 def is_comm_name(name: str) -> bool:

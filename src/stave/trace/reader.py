@@ -31,7 +31,7 @@ from typing import Any, BinaryIO, Iterator
 import msgspec
 
 from stave.errors import FormatError, InputError
-from stave.trace.events import EVENT_LIST_DECODER, Event, event_from_dict
+from stave.trace.events import EVENT_LIST_DECODER, LENIENT_DECODER, Event, event_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,8 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _WS = b" \t\r\n"
 _CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _SCANNER = json.JSONDecoder()
+# Events read by the exact scanner keep fractional times as text, like the fast path (stave.trace.times).
+_EVENT_SCANNER = json.JSONDecoder(parse_float=str)
 
 
 @dataclass
@@ -311,7 +313,7 @@ class TraceReader:
         except msgspec.ValidationError:
             # Valid JSON with an unexpected field type somewhere: rebuild those events leniently.
             try:
-                raw = msgspec.json.decode(piece)
+                raw = LENIENT_DECODER.decode(piece)
             except msgspec.DecodeError:
                 return None
             events = self._lenient(raw)
@@ -362,7 +364,7 @@ class TraceReader:
                 if text[i] != "{":
                     raise self._error("expected an event object", at(i), index)
                 try:
-                    obj, j = _SCANNER.raw_decode(text, i)
+                    obj, j = _EVENT_SCANNER.raw_decode(text, i)
                 except json.JSONDecodeError as exc:
                     if not buf.eof:
                         break  # the event continues past the window: read more

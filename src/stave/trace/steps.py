@@ -4,8 +4,9 @@
 thread that drives training. The GPU work a step launches can finish after the annotation closes
 (launches are asynchronous), so a step's window is:
 
-    start = the annotation's start + how long the step's first GPU activity waited in the queue
-            between its launch call and its start (never before the previous step's start)
+    start = the annotation's start + how long the step's own GPU work waited in the queue between
+            its launch call and its start (the first activity it launched on the stream that
+            carries most of its kernels), never before the previous step's start
     end   = max(annotation end, end of the last GPU activity launched from inside the annotation),
             but never past the next step's start, nor past the last event of the trace.
 
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stave.trace.tables import RUNTIME, TraceData
+from stave.trace.tables import KERNEL, RUNTIME, TraceData
 
 
 # A launch reaches an idle GPU in about 5-20 us (launch call to kernel start in CUPTI timestamps);
@@ -41,6 +42,8 @@ class StepWindows:
     cpu_end: np.ndarray
     thread: int
     marked: bool
+    # The ProfilerStep annotations' own starts (``start`` may be later: the queue delay).
+    cpu_start: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.numbers)
@@ -49,6 +52,13 @@ class StepWindows:
     def duration(self) -> np.ndarray:
         """Window lengths (ns)."""
         return self.end - self.start
+
+    def cpu_step_of(self, t: np.ndarray) -> np.ndarray:
+        """Index of the ProfilerStep annotation containing each time, or -1 (the window without markers)."""
+        lo = self.cpu_start if self.cpu_start is not None else self.start
+        i = np.searchsorted(lo, t, side="right") - 1
+        ok = (i >= 0) & (t < self.cpu_end[np.maximum(i, 0)])
+        return np.where(ok, i, -1)
 
     def step_of(self, t: np.ndarray) -> np.ndarray:
         """Index of the window containing each time, or -1."""
@@ -110,7 +120,7 @@ def find_steps(data: TraceData) -> StepWindows:
     # Windows never overlap, so per-step parts can be summed over steps.
     end = np.minimum(end, next_start)
     keep = end > start
-    return StepWindows(numbers[keep], start[keep], end[keep], cpu_end[keep], thread, True)
+    return StepWindows(numbers[keep], start[keep], end[keep], cpu_end[keep], thread, True, cpu_start[keep])
 
 
 def _gpu_of_launches(data: TraceData, start: np.ndarray, cpu_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -136,14 +146,32 @@ def _gpu_of_launches(data: TraceData, start: np.ndarray, cpu_end: np.ndarray) ->
     i = np.searchsorted(start, t, side="right") - 1
     inside = found & (i >= 0) & (t < cpu_end[np.maximum(i, 0)])
     np.maximum.at(out, i[inside], gpu.end[inside])
-    # The step's earliest-starting GPU activity and its launch time.
-    first_start = np.full(len(start), np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first_start, i[inside], gpu.start[inside])
-    has = first_start < np.iinfo(np.int64).max
-    is_first = inside & (gpu.start == first_start[np.maximum(i, 0)])
-    first_launch = np.zeros(len(start), dtype=np.int64)
-    np.maximum.at(first_launch, i[is_first], t[is_first])
-    delay[has] = np.maximum(first_start[has] - first_launch[has], 0)
+    # Per step, on the stream that carries most of the step's own kernels (its compute stream),
+    # the first of them and how long it queued (start minus launch). Not the step's earliest
+    # activity on any stream: an idle copy stream starts its copy at once while the compute
+    # stream's kernels still queue behind the previous step's; nor the longest queue of any
+    # stream: a communication stream's first kernel may wait on an event, not on a backlog.
+    rows = np.flatnonzero(inside)
+    if len(rows):
+        stream = gpu.stream[rows]
+        order = np.lexsort((gpu.start[rows], stream, i[rows]))
+        rows, stream = rows[order], stream[order]
+        step_of_row = i[rows]
+        first = np.ones(len(rows), dtype=bool)
+        first[1:] = (step_of_row[1:] != step_of_row[:-1]) | (stream[1:] != stream[:-1])
+        group = np.cumsum(first) - 1
+        # Kernels first (a copy stream is never the compute stream), then all activities.
+        is_kernel = gpu.kind[rows] == KERNEL
+        count = np.bincount(group, weights=is_kernel * float(len(rows) + 1) + 1.0)
+        heads = rows[first]
+        lag = np.maximum(gpu.start[heads] - t[heads], 0)
+        g_step = step_of_row[first]
+        # The busiest stream per step: sort groups by (step, count) and keep each step's last.
+        pick = np.lexsort((count, g_step))
+        last = np.ones(len(pick), dtype=bool)
+        last[:-1] = g_step[pick][1:] != g_step[pick][:-1]
+        chosen = pick[last]
+        delay[g_step[chosen]] = lag[chosen]
     delay[delay < QUEUE_DELAY_MIN_NS] = 0
     return delay, out
 

@@ -5,8 +5,8 @@ size. Here each decoded piece is turned into a few numpy columns at once and the
 dropped, so memory grows by ~40 bytes per kept event and nothing else. Names are interned once.
 
 Times: Kineto writes microseconds, as integers or with a fractional part (newer PyTorch). They are
-converted to integer nanoseconds through the integer and fractional parts separately, so a
-16-digit microsecond timestamp keeps its precision.
+converted to integer nanoseconds from the JSON text itself (:mod:`stave.trace.times`), never
+through a float, so a 19-digit timestamp keeps every digit.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from stave.errors import FormatError
 from stave.trace.events import Event, EventArgs
 from stave.trace.kernels import operand_precision
 from stave.trace.reader import ReadStats, TraceReader
+from stave.trace.times import durations_to_ns, us_to_ns_exact
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,9 @@ HOST_CATS: dict[str, int] = {
 }
 # GPU activity kinds (codes kept in ``GpuTable.kind``).
 KERNEL, MEMCPY, MEMSET = 0, 1, 2
+SYNC_KIND = 3
+# Host ops that carry a stream argument, kept beside the cuda_sync records for HTA's rows.
+HOST_STREAM_KIND = 4
 GPU_CATS: dict[str, int] = {
     "kernel": KERNEL,
     "Kernel": KERNEL,
@@ -49,6 +53,10 @@ GPU_CATS: dict[str, int] = {
     "gpu_memset": MEMSET,
     "Memset": MEMSET,
 }
+# CUPTI's synchronization records ("Event Sync", "Stream Sync", "Context Sync"): the device side of a
+# host sync call. Kept apart (``TraceData.gpu_sync``): they are waits, not GPU work, but HTA counts
+# them among its GPU rows, and the HTA-comparable numbers (stave.trace.hta_metrics) must too.
+SYNC_CAT = "cuda_sync"
 # Host ops whose launched kernels are matmul-like (GEMM, convolution, attention): the ops whose
 # operand dtypes are read.
 _MATMUL_OP = re.compile(
@@ -62,27 +70,8 @@ OVERFLOW_NAME = "(other names: name table full)"
 # [memory] events: "Device Type" 1 is CUDA (c10::DeviceType), 0 is CPU.
 CUDA_DEVICE_TYPE = 1
 
-# Timestamps and durations are microseconds; 2**62 ns is year 2116 from the epoch, and a
-# timestamp beyond it would overflow int64 nanoseconds once durations are added.
-MAX_TIME_US = float(2**62 // 1000)
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _SKIPPED_PHASES = frozenset({"X", "s", "f", "t"})
-
-
-def dur_to_ns(values: list[Any]) -> np.ndarray:
-    """Microsecond durations to int64 ns, negative ones as 0 and absurd ones capped at MAX_TIME_US."""
-    if not values:
-        return np.zeros(0, dtype=np.int64)
-    return us_to_ns(np.clip(np.asarray(values, dtype=np.float64), 0, MAX_TIME_US))
-
-
-def us_to_ns(values: Any) -> np.ndarray:
-    """Microsecond timestamps (int or float) to int64 nanoseconds, exact for integers below 2**53."""
-    if len(values) == 0:
-        return np.zeros(0, dtype=np.int64)
-    arr = np.asarray(values, dtype=np.float64)
-    whole = np.floor(arr)
-    return whole.astype(np.int64) * 1000 + np.rint((arr - whole) * 1000).astype(np.int64)
 
 
 @dataclass
@@ -132,6 +121,9 @@ class TraceData:
     memory_peak_bytes: dict[str, int] = field(default_factory=dict)
     skipped_no_time: int = 0
     other_phases: dict[str, int] = field(default_factory=dict)
+    # cuda_sync records (kind SYNC_KIND) and host ops naming a stream (HOST_STREAM_KIND, no
+    # correlation id), only for the HTA-comparable numbers.
+    gpu_sync: GpuTable | None = None
     # GPU activity name id -> "low" | "fp32": the dtype of the ops that launched it, where the trace
     # records operand types (record_shapes=True) and all its launches agree.
     operands_by_name: dict[int, str] = field(default_factory=dict)
@@ -162,6 +154,7 @@ class _Builder:
         self.thread_names: dict[tuple[Any, Any], str] = {}
         self.host_parts: list[tuple[np.ndarray, ...]] = []
         self.gpu_parts: list[tuple[np.ndarray, ...]] = []
+        self.sync_parts: list[tuple[np.ndarray, ...]] = []
         self.sizes_by_corr: dict[int, int] = {}
         # External id of an op -> its operands' precision; the GPU rows' External ids, per part.
         self.operands_by_ext: dict[int, str] = {}
@@ -181,24 +174,39 @@ class _Builder:
             # Flow arrows ("s"/"f") are a third of a GPU trace and carry nothing stave reads.
             self._add_other([e for e in events if e.ph not in _SKIPPED_PHASES])
         timed = [e for e in xs if e.ts is not None]
-        if timed:
-            ts = np.fromiter((e.ts for e in timed), dtype=np.float64, count=len(timed))
-            ok = np.abs(ts) < MAX_TIME_US
-            if not ok.all():
-                # Times no clock produces (they would overflow int64 nanoseconds): not usable.
-                timed = [e for e, keep in zip(timed, ok.tolist()) if keep]
         self.skipped_no_time += len(xs) - len(timed)
         host = [e for e in timed if e.cat in HOST_CATS]
         gpu = [e for e in timed if e.cat in GPU_CATS]
         if len(host) + len(gpu) != len(timed):
             # The profiler's own "Trace" span: where recording started and stopped.
-            for e in [e for e in timed if e.cat == "Trace"]:
-                start = int(us_to_ns([e.ts])[0])
-                self.profiler_span += [start, start + int(dur_to_ns([e.dur or 0])[0])]
+            trace = [e for e in timed if e.cat == "Trace"]
+            start, end = self._times(trace)
+            for lo, hi in zip(start.tolist(), end.tolist()):
+                self.profiler_span += [lo, hi]
+            syncs = [e for e in timed if e.cat == SYNC_CAT]
+            if syncs:
+                start, end = self._times(syncs)
+                if syncs:
+                    self.sync_parts.append(self._gpu_columns(syncs, start, end, SYNC_KIND))
         if host:
-            self._add_host(host)
+            start, end = self._times(host)
+            if host:
+                self._add_host(host, start, end)
         if gpu:
-            self._add_gpu(gpu)
+            start, end = self._times(gpu)
+            if gpu:
+                self._add_gpu(gpu, start, end)
+
+    def _times(self, events: list[Event]) -> tuple[np.ndarray, np.ndarray]:
+        """Start and end (int ns) of ``events``; drops (in place, counted) those whose time is not usable."""
+        start, ok = us_to_ns_exact([e.ts for e in events])
+        if not ok.all():
+            # Times that are not numbers, or that no clock produces (they would overflow int64 ns).
+            keep = np.flatnonzero(ok)
+            self.skipped_no_time += len(events) - len(keep)
+            events[:] = [events[i] for i in keep.tolist()]
+            start = start[keep]
+        return start, start + durations_to_ns([e.dur or 0 for e in events])
 
     def _add_other(self, events: Any) -> None:
         for e in events:
@@ -215,9 +223,7 @@ class _Builder:
             elif e.ph not in ("i", "I", "C"):
                 self.other_phases[e.ph] = self.other_phases.get(e.ph, 0) + 1
 
-    def _add_host(self, host: list[Event]) -> None:
-        start = us_to_ns([e.ts for e in host])
-        dur = dur_to_ns([e.dur or 0 for e in host])
+    def _add_host(self, host: list[Event], start: np.ndarray, end: np.ndarray) -> None:
         pids = {e.pid for e in host}
         # One process (the usual case): thread keys without building a tuple per event.
         keys = [(next(iter(pids)), t) for t in {e.tid for e in host}] if len(pids) == 1 else None
@@ -234,10 +240,13 @@ class _Builder:
         ]
         names = self._names([e.name for e in host])
         matmul_op = self.matmul_op_names
-        for e, name in zip(host, names):
+        with_stream: list[int] = []
+        for i, (e, name) in enumerate(zip(host, names)):
             a = e.args
             if a is None:
                 continue
+            if a.stream is not None and a.correlation is None:
+                with_stream.append(i)
             if a.size is not None and a.correlation is not None:
                 size = _as_int(a.size)
                 if size is not None:
@@ -252,10 +261,15 @@ class _Builder:
                     operands = operand_precision(a.input_types)
                     if operands is not None:
                         self.operands_by_ext[a.external_id] = operands
+        if with_stream:
+            # Host ops that name a stream (Inductor's Triton launches): HTA counts them as GPU rows.
+            rows = [host[i] for i in with_stream]
+            cols = self._gpu_columns(rows, start[with_stream], end[with_stream], HOST_STREAM_KIND)
+            self.sync_parts.append(cols[:6] + (np.full(len(rows), -1, np.int64), cols[7]))
         self.host_parts.append(
             (
                 start,
-                start + dur,
+                end,
                 np.asarray(thread, dtype=np.int32),
                 np.asarray(names, dtype=np.int32),
                 np.asarray(cats, dtype=np.int8),
@@ -263,40 +277,43 @@ class _Builder:
             )
         )
 
-    def _add_gpu(self, gpu: list[Event]) -> None:
-        start = us_to_ns([e.ts for e in gpu])
-        dur = dur_to_ns([e.dur or 0 for e in gpu])
-        none = _NO_ARGS
-        args = [e.args or none for e in gpu]
+    def _add_gpu(self, gpu: list[Event], start: np.ndarray, end: np.ndarray) -> None:
+        self.gpu_ext_parts.append(
+            np.asarray([a.external_id if (a := e.args) is not None and a.external_id is not None else -1
+                        for e in gpu], dtype=np.int64)
+        )
+        self.gpu_parts.append(self._gpu_columns(gpu, start, end, None))
+
+    def _gpu_columns(self, gpu: list[Event], start: np.ndarray, end: np.ndarray,
+                     kind: int | None) -> tuple[np.ndarray, ...]:
+        """The GpuTable columns of ``gpu`` (kind from the category unless given)."""
+        args = [e.args or _NO_ARGS for e in gpu]
         # Device and stream from args; Kineto also puts them in pid/tid, the fallback.
         device = [a.device if a.device is not None else (e.pid if type(e.pid) is int else -1)
                   for a, e in zip(args, gpu)]
         stream = [a.stream if type(a.stream) is int else _stream_of(a.stream, e.tid) for a, e in zip(args, gpu)]
         corr = [a.correlation if a.correlation is not None else -1 for a in args]
         nbytes = [a.nbytes if a.nbytes is not None else -1 for a in args]
-        self.gpu_ext_parts.append(
-            np.asarray([a.external_id if a.external_id is not None else -1 for a in args], dtype=np.int64)
-        )
-        self.gpu_parts.append(
-            (
-                start,
-                start + dur,
-                np.asarray(device, dtype=np.int32),
-                np.asarray(stream, dtype=np.int64),
-                np.asarray(self._names([e.name for e in gpu]), dtype=np.int32),
-                np.asarray([GPU_CATS[e.cat] for e in gpu], dtype=np.int8),
-                np.asarray(corr, dtype=np.int64),
-                np.asarray(nbytes, dtype=np.int64),
-            )
+        kinds = [GPU_CATS[e.cat] for e in gpu] if kind is None else [kind] * len(gpu)
+        return (
+            start,
+            end,
+            np.asarray(device, dtype=np.int32),
+            np.asarray(stream, dtype=np.int64),
+            np.asarray(self._names([e.name for e in gpu]), dtype=np.int32),
+            np.asarray(kinds, dtype=np.int8),
+            np.asarray(corr, dtype=np.int64),
+            np.asarray(nbytes, dtype=np.int64),
         )
 
     def finish(self, path: str, stats: ReadStats) -> TraceData:
         host = _concat(self.host_parts, (np.int64, np.int64, np.int32, np.int32, np.int8, np.int64))
-        gpu = _concat(
-            self.gpu_parts, (np.int64, np.int64, np.int32, np.int64, np.int32, np.int8, np.int64, np.int64)
-        )
+        gpu_dtypes = (np.int64, np.int64, np.int32, np.int64, np.int32, np.int8, np.int64, np.int64)
+        gpu = _concat(self.gpu_parts, gpu_dtypes)
+        sync = GpuTable(*_concat(self.sync_parts, gpu_dtypes))
         self.host_parts.clear()
         self.gpu_parts.clear()
+        self.sync_parts.clear()
         gpu_table = GpuTable(*gpu)
         if self.sizes_by_corr and len(gpu_table):
             # ROCm writes the size of a copy on the runtime call only: join it by correlation id.
@@ -326,6 +343,7 @@ class _Builder:
             skipped_no_time=self.skipped_no_time,
             other_phases=self.other_phases,
             operands_by_name=operands,
+            gpu_sync=sync,
         )
 
     def _operands_by_name(self, gpu: GpuTable) -> dict[int, str]:

@@ -86,8 +86,60 @@ def test_sync_attributed_to_op_and_user_line(analysis) -> None:
     (site,) = s.sites
     assert (site.call, site.op, site.file, site.line, site.function) == (
         "cudaStreamSynchronize", "aten::item", "train.py", 12, "train_step")
-    # GPU idle from the call's start (70) to the next kernel (88): no kernel runs in between.
-    assert site.gpu_idle_after_s == pytest.approx(18 * US)
+    # The GPU's last work (the copy, 50-70) ended as the call started: it waited for nothing, so no
+    # GPU idle is charged to it, only its host time.
+    assert site.gpu_idle_after_s == 0.0
+    assert site.blocked_s == pytest.approx(10 * US)
+
+
+def _sync_trace(tmp_path: Path, call: str, copy_name: str | None, kernel_end: float = 78) -> Path:
+    events = [step(1, 0, 100), step(2, 100, 100)]
+    events += launched("ampere_sgemm_128x64_nn", 5, 5, 10, kernel_end - 10, corr=1)
+    events += [op("aten::to", 69, 12), runtime(call, 70, 10, corr=2)]
+    if copy_name is not None:
+        events.append(memcpy(copy_name, 78, 1, corr=2, nbytes=400))
+    events += launched("ampere_sgemm_128x64_nn", 86, 2, 90, 5, corr=3)
+    events += launched("ampere_sgemm_128x64_nn", 110, 2, 115, 80, corr=4)
+    # After the last step: an end-of-loop synchronize is not the loop's.
+    events.append(runtime("cudaDeviceSynchronize", 250, 30, corr=5))
+    return write_trace(tmp_path / "t.json", events)
+
+
+@pytest.mark.parametrize(("call", "copy", "blocking"), [
+    ("cudaStreamSynchronize", None, True),
+    ("cudaMemcpyAsync", "Memcpy DtoH (Device -> Pageable)", True),
+    ("hipMemcpyAsync", "Memcpy DtoH (Device -> Pageable)", True),  # the renamed (ROCm) variant
+    ("cudaMemcpyAsync", "Memcpy DtoH (Device -> Pinned)", False),  # pinned: the host does not wait
+])
+def test_blocking_calls_and_their_cost(tmp_path: Path, call: str, copy: str | None, blocking: bool) -> None:
+    s = analyze_trace(_sync_trace(tmp_path, call, copy)).syncs
+    assert s.calls == (1 if blocking else 0)
+    if blocking:
+        (site,) = s.sites
+        assert site.blocked_s == pytest.approx(10 * US)
+        # The GEMM ran until 78 during the call: from the call's start (70) to the next kernel (90),
+        # minus the 8 µs the GPU was still busy.
+        assert site.gpu_idle_after_s == pytest.approx(12 * US)
+        assert s.largest_call.startswith(call) and s.largest_step == 1
+        assert s.largest_share == pytest.approx(0.1)
+        assert ("pageable" in s.largest_call) is (copy is not None)
+
+
+def test_largest_blocking_call_is_named(tmp_path: Path) -> None:
+    from stave.trace import trace_findings
+    from stave.trace.report import analyze_paths
+
+    # One pageable copy blocks 60 of the step's 100 µs (the GPU computes meanwhile).
+    events = [step(1, 0, 100)]
+    events += launched("ampere_sgemm_128x64_nn", 1, 2, 5, 70, corr=1)
+    events += [op("aten::to", 9, 62), runtime("cudaMemcpyAsync", 10, 60, corr=2),
+               memcpy("Memcpy DtoH (Device -> Pageable)", 75, 1, corr=2, nbytes=400)]
+    events += launched("ampere_sgemm_128x64_nn", 90, 2, 95, 4, corr=3)
+    report = analyze_paths([write_trace(tmp_path / "t.json", events)])
+    found = {f.id: f for f in trace_findings(report)}
+    assert "SYNC_IN_LOOP" in found
+    assert "cudaMemcpyAsync (pageable copy)" in found["SYNC_IN_LOOP"].title
+    assert "aten::to" in found["SYNC_IN_LOOP"].title
 
 
 def test_top_ops_self_time(analysis) -> None:
@@ -276,3 +328,122 @@ def test_operand_precision_reads_raw_json_and_lists_and_ignores_the_rest() -> No
     assert operand_precision(["c10::Float8_e4m3fn"]) == "low"  # the lenient reader keeps a list
     assert operand_precision([7, None, ["float"]]) is None
     assert operand_precision(None) is None
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        # FBGEMM's embedding, permute and quantization kernels: "gemm" in the name, no GEMM.
+        "void fbgemm_gpu::split_embedding_codegen_forward_unweighted_kernel<c10::Half, float>(int)",
+        "void fbgemm_gpu::permute_2D_data_kernel<c10::BFloat16>(int)",
+        "void fbgemm_gpu::quantize_fp8_row_kernel<c10::BFloat16>(int)",
+        # Triton's fused pointwise kernels named after the op they follow.
+        "triton_poi_fused_convolution_backward_0",
+        # The same as a renamed variant: a vendor's GEMM-ish name of no known family.
+        "acme_hgemm_fp16_kernel",
+    ],
+)
+def test_unknown_family_is_not_a_matmul(name: str) -> None:
+    assert not classify_kernel(name).matmul
+
+
+def test_fbgemm_cutlass_gemm_is_a_matmul() -> None:
+    c = classify_kernel("void cutlass::Kernel<fbgemm_gpu::f8f8bf16_rowwise_cutlass_sm90_tensorop>(Params)")
+    assert c.matmul and c.tensor_core
+
+
+@pytest.mark.parametrize("kname", ["void fbgemm_gpu::batched_unary_embeddings_forward_kernel<c10::Half>(int)",
+                                   "acme_hgemm_fp16_kernel"])
+def test_no_precision_finding_on_unknown_family(tmp_path: Path, kname: str) -> None:
+    from stave.trace import trace_findings
+    from stave.trace.report import analyze_paths
+
+    # fp16 is in use (a known bf16 GEMM runs briefly); the long kernel's family is unknown.
+    events = [step(1, 0, 1000)]
+    events += launched("ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_tn", 5, 5, 20, 10, corr=1)
+    events += launched(kname, 10, 5, 40, 900, corr=2)
+    report = analyze_paths([write_trace(tmp_path / "t.json", events)])
+    ids = {f.id for f in trace_findings(report)}
+    assert "TENSOR_CORES_UNUSED" not in ids and "NO_MIXED_PRECISION" not in ids
+
+
+def test_known_family_without_tensor_cores_still_found(tmp_path: Path) -> None:
+    from stave.trace import trace_findings
+    from stave.trace.report import analyze_paths
+
+    # The positive control of the test above: cuBLAS's fp16 GEMM on CUDA cores is a real finding.
+    events = [step(1, 0, 1000)]
+    events += launched("ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_tn", 5, 5, 20, 10, corr=1)
+    events += launched("void gemmSN_TN_kernel<__half, 128, 16, 2, 4, 8, 9, false>(params)", 10, 5, 40, 900, corr=2)
+    report = analyze_paths([write_trace(tmp_path / "t.json", events)])
+    assert "TENSOR_CORES_UNUSED" in {f.id for f in trace_findings(report)}
+
+
+def _fp32_gemm_trace(tmp_path: Path, name: str, major: int | None) -> Path:
+    events = [step(1, 0, 1000)] + launched("ampere_sgemm_128x64_nn", 5, 5, 20, 900, corr=1)
+    meta = {} if major is None else {"deviceProperties": [{"id": 0, "name": name, "computeMajor": major,
+                                                           "computeMinor": 0}]}
+    return write_trace(tmp_path / "t.json", events, metadata=meta)
+
+
+# The device family comes from the compute capability, not the name: each name is paired with the
+# other family's capability (a renamed device).
+@pytest.mark.parametrize(("name", "major", "dtype"), [
+    ("Tesla V100-SXM2-32GB", 7, "float16"),
+    ("NVIDIA A100-SXM4-80GB", 7, "float16"),
+    ("Tesla V100-SXM2-32GB", 8, "bfloat16"),
+    ("NVIDIA H100 80GB HBM3", 9, "bfloat16"),
+])
+def test_precision_advice_follows_compute_capability(tmp_path: Path, name: str, major: int, dtype: str) -> None:
+    from stave.trace import trace_findings
+    from stave.trace.report import analyze_paths
+
+    report = analyze_paths([_fp32_gemm_trace(tmp_path, name, major)])
+    found = {f.id: f for f in trace_findings(report)}
+    fix = found["NO_MIXED_PRECISION"].fix
+    assert f"dtype=torch.{dtype}" in fix
+    assert ("GradScaler(" in fix) is (dtype == "float16")
+
+
+def test_no_precision_advice_without_tensor_cores(tmp_path: Path) -> None:
+    from stave.trace import trace_findings
+    from stave.trace.report import analyze_paths
+
+    report = analyze_paths([_fp32_gemm_trace(tmp_path, "Tesla P100-PCIE-16GB", 6)])
+    assert "NO_MIXED_PRECISION" not in {f.id for f in trace_findings(report)}
+
+
+# Exposed communication, its kind from the kernel name: each pair is a kind and a renamed variant
+# (another library's spelling) of it.
+@pytest.mark.parametrize(("kname", "bucket_advice"), [
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", True),
+    ("rccl_kernel_all_reduce_sum_bf16", True),
+    ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", True),
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)", False),
+    ("ncclDevKernel_AllToAll_RING_LL(ncclDevKernelArgsStorage<4096ul>)", False),
+])
+def test_comm_advice_fits_the_collective(tmp_path: Path, kname: str, bucket_advice: bool) -> None:
+    from stave.trace import trace_findings
+    from stave.trace.report import analyze_paths
+
+    events = [step(1, 0, 1000)] + launched("ampere_sgemm_128x64_nn", 5, 5, 20, 200, corr=1)
+    events += launched(kname, 10, 5, 300, 600, corr=2, stream=20)
+    report = analyze_paths([write_trace(tmp_path / "t.json", events)])
+    found = {f.id: f for f in trace_findings(report)}
+    assert "COMM_EXPOSED" in found
+    assert ("bucket_cap_mb" in found["COMM_EXPOSED"].fix) is bucket_advice
+
+
+@pytest.mark.parametrize(("compute_stream", "copy_stream"), [(7, 20), (20, 7)])  # and renamed streams
+def test_queue_delay_ignores_an_idle_extra_stream(tmp_path: Path, compute_stream: int, copy_stream: int) -> None:
+    # Step 1 launches 300 µs of GPU work; step 2's annotation (100-120) launches a copy on an idle
+    # stream (it starts at once) and a kernel that queues behind step 1's until 300.
+    events = [step(1, 0, 100), step(2, 100, 20)]
+    events += launched("ampere_sgemm_128x64_nn", 5, 5, 10, 290, corr=1, stream=compute_stream)
+    events += [runtime("cudaMemcpyAsync", 101, 3, corr=2),
+               memcpy("Memcpy HtoD (Pinned -> Device)", 105, 2, corr=2, nbytes=64, stream=copy_stream)]
+    events += launched("ampere_sgemm_128x64_nn", 110, 5, 300, 50, corr=3, stream=compute_stream)
+    a = analyze_trace(write_trace(tmp_path / "t.json", events))
+    # Step 2's window starts where its own kernel's queueing puts it: 100 + (300 - 110).
+    assert a.steps[1].start_s == pytest.approx(290 * US)
+    assert a.steps[1].duration_s == pytest.approx(60 * US)

@@ -37,7 +37,7 @@ def test_same_events_in_every_layout(tmp_path: Path, fmt: str) -> None:
     path = write_trace(tmp_path / f"t.{fmt}.json", TRICKY, fmt=fmt, metadata={"distributedInfo": {"rank": 3}})
     events, r = read_all(path)
     assert [e.name for e in events] == [e["name"] for e in TRICKY]
-    assert events[4].ts == 10.25 and events[4].args.correlation == 7
+    assert events[4].ts == "10.25" and events[4].args.correlation == 7
     assert events[6].dur is None
     if fmt != "array":
         assert r.stats.metadata["distributedInfo"] == {"rank": 3}
@@ -61,7 +61,8 @@ def test_wrong_field_types_are_dropped_not_fatal(tmp_path: Path) -> None:
     events = [step(1, 0, 10), {"ph": "X", "cat": "cpu_op", "name": "bad", "pid": 1, "tid": 1, "ts": "soon",
                                "dur": [1], "args": {"correlation": "x", "External id": True}}]
     got, r = read_all(write_trace(tmp_path / "t.json", events))
-    assert got[1].name == "bad" and got[1].ts is None and got[1].args.correlation is None
+    # A time that is not a number reaches the tables as written and is dropped there.
+    assert got[1].name == "bad" and got[1].args.correlation is None
     data = load_trace(tmp_path / "t.json")
     assert data.skipped_no_time == 1
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from stave.trace.analysis import analyze_trace
-from stave.trace.syncs import SYNC_CALLS
+from stave.trace.syncs import ASYNC_COPY_CALLS, SYNC_CALLS
 
 FIXTURES = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "traces"
 GPU_FIXTURES = sorted(p.name for p in FIXTURES.glob("*.json.gz") if not p.name.startswith("cpu_only"))
@@ -92,8 +92,18 @@ def independent(events: list[dict]) -> dict:
     for g in xs:
         if g.get("cat") == "gpu_memcpy" and inside(g["ts"]):
             copy_bytes += g["args"].get("bytes", sizes.get(g["args"].get("correlation"), 0))
-    syncs = sum(1 for e in xs if e.get("cat") in ("cuda_runtime", "cuda_driver") and e["name"] in SYNC_CALLS
-                and inside(e["ts"]))
+    # Blocking calls: sync calls, and async copies whose GPU copy lands in pageable host memory;
+    # only inside a ProfilerStep annotation (or anywhere without markers).
+    into_pageable = {g["args"].get("correlation") for g in xs
+                     if g.get("cat") == "gpu_memcpy" and "-> Pageable" in g.get("name", "")}
+    cpu_windows = [(m["ts"], min(end(m), hi)) for m in markers] if markers else windows
+
+    def in_cpu_step(t: float) -> bool:
+        return any(a <= t < b for a, b in cpu_windows)
+
+    syncs = sum(1 for e in xs if e.get("cat") in ("cuda_runtime", "cuda_driver") and in_cpu_step(e["ts"])
+                and (e["name"] in SYNC_CALLS or (e["name"] in ASYNC_COPY_CALLS
+                                                 and e.get("args", {}).get("correlation") in into_pageable)))
     return {
         "durations_us": [b - a for a, b in windows],
         "kernel_busy_us": busy,

@@ -11,6 +11,7 @@ from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.rules.trace_common import REPORT_MIN_SPEEDUP, mean, speedup, trace_finding
 from stave.trace.analysis import TraceAnalysis
+from stave.trace.kernels import DATA_PARALLEL_COLLECTIVES
 
 # A step that keeps the GPU busy less than 80% of the time leaves a fifth of the hardware unused;
 # well-fed training loops measure 90% and more.
@@ -113,12 +114,34 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)""",
     )
 
 
+# A single blocking call holding the host for this share of its step is named in the title: it is
+# the step's bottleneck whatever the other calls do.
+LARGE_BLOCK_SHARE = 0.20
+_SYNC_FIX = """\
+# Keep values on the GPU inside the loop; read them every N steps:
+running_loss += loss.detach()          # not loss.item()
+if step % log_every == 0:
+    logger.info("loss %.4f", (running_loss / log_every).item())   # one sync per N steps
+    running_loss.zero_()"""
+_PAGEABLE_COPY_FIX = """\
+# A device-to-host copy into pageable memory blocks the host until the GPU reaches it.
+# Copy into a pinned buffer without blocking, and read it only when needed:
+host_buf = torch.empty(shape, dtype=dtype, pin_memory=True)     # once, outside the loop
+host_buf.copy_(t, non_blocking=True)
+done = torch.cuda.Event(); done.record()
+...                                                             # more GPU work meanwhile
+done.synchronize()                                              # only where the value is used"""
+
+
 @rule("SYNC_IN_LOOP", kind="trace")
 def sync_in_loop(t: TraceAnalysis) -> Finding | None:
     """Host-device synchronizations inside every step."""
     s = t.syncs
     # Without step markers a call cannot be placed in the loop rather than in set-up.
-    if s is None or not t.steps_marked or s.calls_per_step < MIN_SYNC_CALLS_PER_STEP:
+    if s is None or not t.steps_marked:
+        return None
+    large = s.largest_call is not None and s.largest_share >= LARGE_BLOCK_SHARE
+    if s.calls_per_step < MIN_SYNC_CALLS_PER_STEP and not large:
         return None
     T = t.step_time_median_s
     saved = _sync_idle_s(t)
@@ -132,15 +155,26 @@ def sync_in_loop(t: TraceAnalysis) -> Finding | None:
     where = ""
     if top is not None:
         where = f" (mostly {top.call}" + (f" in {top.op}" if top.op else "") + ")"
+    title = f"{s.calls_per_step:.1f} synchronizing calls per step stall the GPU{where}"
+    if large:
+        title = (f"{s.largest_call}" + (f" in {s.largest_op}" if s.largest_op else "")
+                 + f" blocks the host for {s.largest_share:.0%} of step {s.largest_step}"
+                 + f" ({s.calls_per_step:.1f} blocking calls per step)")
+    pageable = large and "pageable" in (s.largest_call or "")
     return trace_finding(
         "SYNC_IN_LOOP",
         est,
-        f"{s.calls_per_step:.1f} synchronizing calls per step stall the GPU{where}",
+        title,
         {
             "sync_calls": s.calls,
             "sync_calls_per_step": s.calls_per_step,
             "host_blocked_s": s.blocked_s,
             "gpu_idle_after_sync_per_step_s": saved,
+            "largest_call": s.largest_call,
+            "largest_call_op": s.largest_op,
+            "largest_call_blocked_s": s.largest_blocked_s,
+            "largest_call_step": s.largest_step,
+            "largest_call_share_of_step": s.largest_share,
             "step_time_s": T,
             "sites": [
                 {"call": x.call, "op": x.op, "file": x.file, "line": x.line, "count": x.count,
@@ -148,12 +182,7 @@ def sync_in_loop(t: TraceAnalysis) -> Finding | None:
                 for x in s.sites[:5]
             ],
         },
-        fix="""\
-# Keep values on the GPU inside the loop; read them every N steps:
-running_loss += loss.detach()          # not loss.item()
-if step % log_every == 0:
-    logger.info("loss %.4f", (running_loss / log_every).item())   # one sync per N steps
-    running_loss.zero_()""",
+        fix=_PAGEABLE_COPY_FIX if pageable else _SYNC_FIX,
         lines=lines,
         explanation=(
             "Each synchronizing call makes the host wait until the GPU drains; afterwards the GPU "
@@ -201,6 +230,26 @@ for x, y in loader:
     )
 
 
+# Gradient all-reduce / reduce-scatter / all-gather: DDP and FSDP settings decide how early they start.
+_DATA_PARALLEL_FIX = """\
+# DDP: overlap gradient all-reduce with backward, in buckets that start early:
+model = DDP(model, device_ids=[local_rank], bucket_cap_mb=25,
+            gradient_as_bucket_view=True, static_graph=True)
+# with gradient accumulation, skip the all-reduce on all but the last micro-step:
+with model.no_sync():
+    loss.backward()
+# FSDP: prefetch the next all-gather during the current layer's compute:
+#   FSDP(model, backward_prefetch=BackwardPrefetch.BACKWARD_PRE, forward_prefetch=True)"""
+# All-to-all (expert / embedding parallelism) and send/recv (pipeline stages): bucket settings do
+# not touch them; only the schedule and the payload do.
+_POINT_TO_POINT_FIX = """\
+# all-to-all / send-recv traffic: DDP bucket settings do not apply. Hide it behind compute:
+# - pipeline parallel: more micro-batches per step, or an interleaved 1F1B schedule
+#   (torch.distributed.pipelining.ScheduleInterleaved1F1B), so stages send while others compute;
+# - expert/embedding all-to-all: overlap the exchange of one micro-batch with the compute of
+#   another, and shrink the payload (bf16/fp8 activations, a lower capacity factor)."""
+
+
 @rule("COMM_EXPOSED", kind="trace")
 def comm_exposed(t: TraceAnalysis) -> Finding | None:
     """Communication that no computation hides."""
@@ -214,6 +263,9 @@ def comm_exposed(t: TraceAnalysis) -> Finding | None:
     est = speedup(T, saved, t.part_mean_s("kernel"))
     if est < REPORT_MIN_SPEEDUP:
         return None
+    by_kind = t.gpu.comm_s_by_collective
+    dominant = max(by_kind, key=by_kind.__getitem__) if by_kind else "other"
+    fix = _DATA_PARALLEL_FIX if dominant in DATA_PARALLEL_COLLECTIVES else _POINT_TO_POINT_FIX
     return trace_finding(
         "COMM_EXPOSED",
         est,
@@ -222,17 +274,13 @@ def comm_exposed(t: TraceAnalysis) -> Finding | None:
             "exposed_communication_per_step_s": saved,
             "communication_overlap": t.gpu.communication_overlap,
             "communication_kernel_s": t.gpu.communication_busy_s,
+            "dominant_collective": dominant,
+            **{f"{k}_kernel_s": v for k, v in sorted(by_kind.items())},
             "step_time_s": T,
         },
-        fix="""\
-# Let DDP overlap gradient all-reduce with backward, in buckets that start early:
-model = DDP(model, device_ids=[local_rank], bucket_cap_mb=25,
-            gradient_as_bucket_view=True, static_graph=True)
-# with gradient accumulation, skip the all-reduce on all but the last micro-step:
-with model.no_sync():
-    loss.backward()""",
+        fix=fix,
         explanation=(
-            "Communication kernels ran while no compute kernel or copy did. Part of it can be a rank "
+            f"Communication kernels (mostly {dominant}) ran while no compute kernel or copy did. Part of it can be a rank "
             "waiting for a slower one (see RANK_STRAGGLER). The estimate hides all of it behind "
             "compute, an upper bound."
         ),

@@ -1,0 +1,84 @@
+"""Exact times: integer nanoseconds from the JSON text, whatever the digits and the layout."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stave.trace.tables import load_trace
+from stave.trace.times import MAX_TIME_US, durations_to_ns, us_to_ns_exact
+from trace_synth import kernel, step, write_trace
+
+# 19 significant digits: a float64 cannot hold them (it lands on a 0.25 µs grid here).
+BIG = "1695835535123456.789"
+
+
+def _ns(text: str) -> int:
+    return int((Decimal(text) * 1000).to_integral_value(rounding="ROUND_HALF_UP"))
+
+
+def test_texts_and_ints_are_exact() -> None:
+    values = [BIG, "1695835535123456.001", "12.5", "-0.5", "0.0005", "1.23456", "1e3", 7, "00000000000000000001.5"]
+    ns, ok = us_to_ns_exact(values)
+    assert ok.all()
+    assert ns.tolist() == [_ns(str(v)) for v in values]
+    # What a float64 parse would have given differs: the test can fail.
+    assert int(float(BIG) * 1000) != _ns(BIG)
+
+
+def test_not_a_time_is_invalid_not_fatal() -> None:
+    ns, ok = us_to_ns_exact(["abc", str(MAX_TIME_US + 1), "1.5.5", [1], "12"])
+    assert ok.tolist() == [False, False, False, False, True]
+    assert ns.tolist() == [0, 0, 0, 0, 12000]
+    assert durations_to_ns(["-3.5", "2.25", None]).tolist() == [0, 2250, 0]
+
+
+@pytest.mark.parametrize("fmt", ["pretty", "min", "gz"])
+def test_big_timestamps_exact_in_every_layout(tmp_path: Path, fmt: str) -> None:
+    # Written by hand: json.dumps of a float would already have lost the digits.
+    events = [step(1, 0, 10), kernel("k", 1.0, 1.0, corr=1)]
+    path = write_trace(tmp_path / f"t.{fmt}.json", events, fmt=fmt)
+    raw = path.read_bytes()
+    if fmt == "gz":
+        import gzip
+
+        raw = gzip.decompress(raw)
+    text = raw.decode().replace('"ts": 1.0', f'"ts": {BIG}').replace('"ts":1.0', f'"ts":{BIG}')
+    text = text.replace('"dur": 1.0', '"dur": 2.0015').replace('"dur":1.0', '"dur":2.0015')
+    assert BIG in text
+    if fmt == "gz":
+        import gzip
+
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    data = load_trace(path)
+    assert data.gpu.start.tolist() == [_ns(BIG)]
+    assert (data.gpu.end - data.gpu.start).tolist() == [2002]
+    assert np.issubdtype(data.gpu.start.dtype, np.int64)
+
+
+def test_plain_fast_path_matches_exact_parse() -> None:
+    # Unsigned decimals of every fraction length, mixed with integers: the fast path.
+    rng = np.random.default_rng(0)
+    values: list = []
+    for _ in range(500):
+        whole = str(int(rng.integers(0, 4 * 10**15)))
+        digits = int(rng.integers(0, 8))
+        frac = "".join(str(int(d)) for d in rng.integers(0, 10, size=digits))
+        values.append(whole + ("." + frac if digits else ""))
+    values.append(12)
+    values.append("0.0005")
+    ns, ok = us_to_ns_exact(values)
+    assert ok.all()
+    assert ns.tolist() == [_ns(str(v)) for v in values]
+
+
+def test_two_dots_or_a_comma_is_not_misread() -> None:
+    ns, ok = us_to_ns_exact(["1.2.3", "5", "7.5"])
+    assert ok.tolist() == [False, True, True] and ns.tolist() == [0, 5000, 7500]
+    ns, ok = us_to_ns_exact(["1,2", "3.0"])
+    assert ok.tolist() == [False, True]
