@@ -126,8 +126,8 @@ def test_blocking_calls_and_their_cost(tmp_path: Path, call: str, copy: str | No
 
 
 def test_largest_blocking_call_is_named(tmp_path: Path) -> None:
-    from stave.trace import trace_findings
-    from stave.trace.report import analyze_paths
+    from stave.diagnose.trace_report import trace_findings
+    from stave.diagnose.trace_report import analyze_paths
 
     # One pageable copy blocks 60 of the step's 100 µs (the GPU computes meanwhile).
     events = [step(1, 0, 100)]
@@ -355,8 +355,8 @@ def test_fbgemm_cutlass_gemm_is_a_matmul() -> None:
 @pytest.mark.parametrize("kname", ["void fbgemm_gpu::batched_unary_embeddings_forward_kernel<c10::Half>(int)",
                                    "acme_hgemm_fp16_kernel"])
 def test_no_precision_finding_on_unknown_family(tmp_path: Path, kname: str) -> None:
-    from stave.trace import trace_findings
-    from stave.trace.report import analyze_paths
+    from stave.diagnose.trace_report import trace_findings
+    from stave.diagnose.trace_report import analyze_paths
 
     # fp16 is in use (a known bf16 GEMM runs briefly); the long kernel's family is unknown.
     events = [step(1, 0, 1000)]
@@ -368,8 +368,8 @@ def test_no_precision_finding_on_unknown_family(tmp_path: Path, kname: str) -> N
 
 
 def test_known_family_without_tensor_cores_still_found(tmp_path: Path) -> None:
-    from stave.trace import trace_findings
-    from stave.trace.report import analyze_paths
+    from stave.diagnose.trace_report import trace_findings
+    from stave.diagnose.trace_report import analyze_paths
 
     # The positive control of the test above: cuBLAS's fp16 GEMM on CUDA cores is a real finding.
     events = [step(1, 0, 1000)]
@@ -395,8 +395,8 @@ def _fp32_gemm_trace(tmp_path: Path, name: str, major: int | None) -> Path:
     ("NVIDIA H100 80GB HBM3", 9, "bfloat16"),
 ])
 def test_precision_advice_follows_compute_capability(tmp_path: Path, name: str, major: int, dtype: str) -> None:
-    from stave.trace import trace_findings
-    from stave.trace.report import analyze_paths
+    from stave.diagnose.trace_report import trace_findings
+    from stave.diagnose.trace_report import analyze_paths
 
     report = analyze_paths([_fp32_gemm_trace(tmp_path, name, major)])
     found = {f.id: f for f in trace_findings(report)}
@@ -406,8 +406,8 @@ def test_precision_advice_follows_compute_capability(tmp_path: Path, name: str, 
 
 
 def test_no_precision_advice_without_tensor_cores(tmp_path: Path) -> None:
-    from stave.trace import trace_findings
-    from stave.trace.report import analyze_paths
+    from stave.diagnose.trace_report import trace_findings
+    from stave.diagnose.trace_report import analyze_paths
 
     report = analyze_paths([_fp32_gemm_trace(tmp_path, "Tesla P100-PCIE-16GB", 6)])
     assert "NO_MIXED_PRECISION" not in {f.id for f in trace_findings(report)}
@@ -423,8 +423,8 @@ def test_no_precision_advice_without_tensor_cores(tmp_path: Path) -> None:
     ("ncclDevKernel_AllToAll_RING_LL(ncclDevKernelArgsStorage<4096ul>)", False),
 ])
 def test_comm_advice_fits_the_collective(tmp_path: Path, kname: str, bucket_advice: bool) -> None:
-    from stave.trace import trace_findings
-    from stave.trace.report import analyze_paths
+    from stave.diagnose.trace_report import trace_findings
+    from stave.diagnose.trace_report import analyze_paths
 
     events = [step(1, 0, 1000)] + launched("ampere_sgemm_128x64_nn", 5, 5, 20, 200, corr=1)
     events += launched(kname, 10, 5, 300, 600, corr=2, stream=20)
