@@ -4,19 +4,24 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # The stamp is rebuilt when the dependency pins or the native part change, so a stale venv is refreshed, not trusted.
 STAMP := $(VENV)/.stave-installed
+# constraints.txt holds the exact torch/torchvision of the dev venv and CI; pyproject.toml only the supported range.
+CONSTRAINTS := -c constraints.txt
+# `make compat`: the fast tests on the oldest torch stave declares (pyproject.toml), in a venv of its own.
+COMPAT_VENV ?= .venv-compat
+COMPAT_TORCH ?= torch==2.13.0
 
-.PHONY: venv demo test test-fast bench clean
+.PHONY: venv demo test test-fast compat bench clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py $(wildcard src/stave/_native/*.c src/stave/_native/*.h)
+$(STAMP): pyproject.toml setup.py constraints.txt $(wildcard src/stave/_native/*.c src/stave/_native/*.h)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet $(CONSTRAINTS) -e '.[dev]'
 	@touch $(STAMP)
 
 $(VENV)/.stave-bench-installed: $(STAMP)
-	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	$(PY) -m pip install --quiet $(CONSTRAINTS) -e '.[dev,bench]'
 	@touch $@
 
 demo: venv
@@ -28,8 +33,17 @@ test: venv
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow and not dist"
 
+# torch goes in first and stave's install must leave it alone (the same order as a user's own environment).
+compat:
+	rm -rf $(COMPAT_VENV)
+	$(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pip install --quiet '$(COMPAT_TORCH)'
+	$(COMPAT_VENV)/bin/python -m pip install --quiet -e '.[dev]'
+	$(COMPAT_VENV)/bin/python -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__)'
+	$(COMPAT_VENV)/bin/python -m pytest -q -m "not slow and not dist" -p no:cacheprovider
+
 bench: venv $(VENV)/.stave-bench-installed
 	$(PY) -m stave.bench.run_all
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
+	rm -rf $(VENV) $(COMPAT_VENV) build *.egg-info src/*.egg-info .pytest_cache
