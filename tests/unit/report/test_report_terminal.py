@@ -82,7 +82,7 @@ def test_markup_in_user_strings_is_printed_literally(single_result: DoctorResult
     text = render(single_result)
     assert "/data/[bold]x[/]/train[0].py" in text
     assert "[link=x]click[/link]" in text
-    assert "path  [/]" in text
+    assert "Path  [/]" in text
 
 
 def test_narrow_terminal_does_not_crash(result: DoctorResult) -> None:
@@ -124,3 +124,11 @@ def test_a_loop_without_dataloader_has_no_sample_rate(single_result: DoctorResul
     assert summary["samples_per_s"] is None and summary["samples_per_step"] is None
     assert summary["step_time_s"]["median"] > 0
     validate_doctor_json(doctor_json(single_result))
+
+
+def test_the_verdict_is_one_line_before_the_details(result: DoctorResult) -> None:
+    lines = render(result).splitlines()
+    verdict = [i for i, line in enumerate(lines) if line.startswith("Verdict: ")]
+    assert len(verdict) == 1 and verdict[0] == 1  # right under the title rule
+    assert lines[1] == "Verdict: DATA_CPU_BOUND est. 1.74x · 2 more findings · step 227 ms (median)"
+    assert verdict[0] < next(i for i, line in enumerate(lines) if line.startswith("script"))
