@@ -7,8 +7,11 @@ STAMP := $(VENV)/.stave-installed
 # constraints.txt holds the exact torch/torchvision of the dev venv and CI; pyproject.toml only the supported range.
 CONSTRAINTS := -c constraints.txt
 # `make compat`: the fast tests on the oldest torch stave declares (pyproject.toml), in a venv of its own.
+# COMPAT_PIP_FLAGS=--isolated makes pip ignore a machine's pip config (one that offers a CPU-only torch
+# file beside which PyPI's torchvision does not load); docs/install.md has the run and its result.
 COMPAT_VENV ?= .venv-compat
-COMPAT_TORCH ?= torch==2.13.0
+COMPAT_TORCH ?= torch==2.13.0 torchvision==0.28.0
+COMPAT_PIP_FLAGS ?=
 
 .PHONY: venv demo test test-fast compat bench clean
 
@@ -37,9 +40,9 @@ test-fast: venv
 compat:
 	rm -rf $(COMPAT_VENV)
 	$(PYTHON) -m venv $(COMPAT_VENV)
-	$(COMPAT_VENV)/bin/python -m pip install --quiet '$(COMPAT_TORCH)'
+	$(COMPAT_VENV)/bin/python -m pip install $(COMPAT_PIP_FLAGS) --quiet $(COMPAT_TORCH)
 	$(COMPAT_VENV)/bin/python -m pip install --quiet -e '.[dev]'
-	$(COMPAT_VENV)/bin/python -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__)'
+	$(COMPAT_VENV)/bin/python -c 'import sys, torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__); sys.exit(not torch.__version__.startswith("$(word 2,$(subst ==, ,$(word 1,$(COMPAT_TORCH))))"))'
 	$(COMPAT_VENV)/bin/python -m pytest -q -m "not slow and not dist" -p no:cacheprovider
 
 bench: venv $(VENV)/.stave-bench-installed
