@@ -11,6 +11,7 @@ import shlex
 from typing import Any, Callable
 
 from stave.measure.steps import PHASES
+from stave.report.findings_view import display_location
 from stave.report.units import NA, fmt_byte_rate, fmt_bytes, fmt_count, fmt_pct, fmt_seconds, sig
 
 Formatter = Callable[[Any], str]
@@ -80,7 +81,9 @@ def utilization_window(report: dict[str, Any]) -> str:
 def header_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     """Script, machine, device, software, steps, exit and wall time."""
     run, config, summary = report["run"], report["config"], report["summary"]
-    script = ("-m " if run.get("module") else "") + run.get("script", "")
+    # A script under the working directory is named relative to it (what the reader can open from there).
+    path = run.get("script", "")
+    script = ("-m " + path) if run.get("module") else (display_location(path) if path else "")
     command = " ".join([script, *map(shlex.quote, run.get("args", []))]).strip() or NA
     cores = f"{_opt(run.get('cores_usable'))} of {_opt(run.get('cores_total'))} cores"
     machine = (f"{run.get('hostname') or NA} · {run.get('cpu_model') or NA} · {cores} · "

@@ -171,7 +171,7 @@ def _fmt_number_by_key(key: str, value: float) -> str:
         return fmt_byte_rate(value)
     if key.endswith("_per_s"):
         return fmt_rate(value)
-    if key.endswith("_bytes"):
+    if key.endswith("_bytes") or key == "bytes":
         return fmt_bytes(value)
     if key.endswith("_ns"):
         return fmt_seconds(value / 1e9)

@@ -116,3 +116,14 @@ def test_evidence_labels_name_the_quantity_not_the_unit_suffix() -> None:
     assert evidence_label("matmul_s_at_probe_rate") == "Matmul time at probe rate"
     assert evidence_label("bf16_probe_speedup") == "bf16 probe speedup"  # dtype names keep their case
     assert evidence_label("outlier_steps") == "Outlier steps"
+
+
+def test_locations_under_the_working_directory_are_shown_relative(tmp_path) -> None:
+    from stave.report.findings_view import display_location
+
+    inside = tmp_path / "pkg" / "train.py"
+    assert display_location(f"{inside}:93", cwd=str(tmp_path)) == "pkg/train.py:93"
+    assert display_location(str(inside), cwd=str(tmp_path)) == "pkg/train.py"
+    assert display_location("/elsewhere/train.py:7", cwd=str(tmp_path)) == "/elsewhere/train.py:7"
+    assert display_location(f"{tmp_path}2/x.py:1", cwd=str(tmp_path)) == f"{tmp_path}2/x.py:1"  # a sibling, not inside
+    assert display_location("<stdin>:3", cwd=str(tmp_path)) == "<stdin>:3"
