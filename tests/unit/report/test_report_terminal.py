@@ -132,3 +132,15 @@ def test_the_verdict_is_one_line_before_the_details(result: DoctorResult) -> Non
     assert len(verdict) == 1 and verdict[0] == 1  # right under the title rule
     assert lines[1] == "Verdict: DATA_CPU_BOUND est. 1.74x · 2 more findings · step 227 ms (median)"
     assert verdict[0] < next(i for i, line in enumerate(lines) if line.startswith("script"))
+
+
+def test_host_to_device_phase_shows_only_when_the_run_copied() -> None:
+    from stave.measure.steps import PHASES
+    from stave.report.doctor_text import shown_phases
+
+    none = {"phase_s": {"h2d": {"mean": 0.0, "median": 0.0}}, "h2d_bytes_per_step": 0}
+    some = {"phase_s": {"h2d": {"mean": 0.004, "median": 0.004}}, "h2d_bytes_per_step": 3 << 20}
+    assert "h2d" not in shown_phases(none) and len(shown_phases(none)) == len(PHASES) - 1
+    assert shown_phases(some) == PHASES
+    # Copies counted but too short to time still count as copies.
+    assert "h2d" in shown_phases({"phase_s": {"h2d": {"mean": 0.0}}, "h2d_bytes_per_step": 1024})
