@@ -16,6 +16,7 @@ machine path.
 
     python benchmarks/readme_outputs.py           # print a diff per block; exit 1 if any differ
     python benchmarks/readme_outputs.py --write   # paste the fresh outputs into README.md
+    python benchmarks/readme_outputs.py --only "stave trace"   # just the blocks of one command
 
 Outputs with timings differ between any two runs; the diff is for a person to read, ``--write`` is the
 refresh. Run it after the code changes, on the machine whose numbers the README describes.
@@ -108,12 +109,15 @@ def main(argv: list[str] | None = None) -> int:
     """Diff or rewrite every marked block; returns 1 when a diffed block differs."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="paste the fresh outputs into README.md")
+    parser.add_argument("--only", metavar="TEXT", help="only the blocks whose command contains TEXT")
     args = parser.parse_args(argv)
     readme = README.read_text(encoding="utf-8")
     differs = False
     pieces, last = [], 0
     for match in MARKER.finditer(readme):
         spec, old = match.group("spec"), match.group("body")
+        if args.only and args.only not in parse_spec(spec)[0]:
+            continue
         print(f"readme_outputs: running {spec}", file=sys.stderr)
         new = fresh_output(spec)
         pieces += [readme[last:match.start("body")], new]
