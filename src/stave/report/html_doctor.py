@@ -221,13 +221,14 @@ def ranks_html(report: dict[str, Any]) -> str:
     ranks = report["ranks"]
     if len(ranks) < 2:
         return ""
+    phases = dt.shown_phases(report["summary"])
     rows = [(r["rank"], dt.rank_host(r), r["status"], fmt_seconds(r["step_time_s"]["median"]),
              fmt_seconds(r["step_time_s"]["p90"]), fmt_rate(r["samples_per_s"], ""),
-             *(fmt_share(r["breakdown"][p]) for p in PHASES), fmt_seconds(r.get("comm_wait_s")),
+             *(fmt_share(r["breakdown"][p]) for p in phases), fmt_seconds(r.get("comm_wait_s")),
              fmt_bytes(r.get("peak_rss_bytes")), fmt_bytes(r.get("peak_cuda_bytes"))) for r in ranks]
-    headers = ("rank", "host:pid", "status", "median", "p90", "samples/s", *(PHASE_LABELS[p] for p in PHASES),
+    headers = ("rank", "host:pid", "status", "median", "p90", "samples/s", *(PHASE_LABELS[p] for p in phases),
                "comm wait", "peak RSS", "peak GPU mem")
-    return hp.section(f"Ranks ({len(ranks)})", hp.table(headers, rows, numeric=tuple(range(3, 15))))
+    return hp.section(f"Ranks ({len(ranks)})", hp.table(headers, rows, numeric=tuple(range(3, len(headers)))))
 
 
 def trace_html(result: DoctorResult) -> str:

@@ -60,7 +60,8 @@ def doctor_renderable(report: dict[str, Any], result: DoctorResult) -> Renderabl
     parts += [_section(f"Top lines ({dt.stack_text(summary)})"),
               ts.hot_lines_table(report["hot_lines"], summary["stack_samples"])]
     if len(report["ranks"]) > 1:
-        parts += [_section(f"Ranks ({len(report['ranks'])})"), ts.ranks_table(report["ranks"])]
+        parts += [_section(f"Ranks ({len(report['ranks'])})"),
+                  ts.ranks_table(report["ranks"], dt.shown_phases(summary))]
     parts += [_section(f"Findings ({len(findings)})"), findings_renderable(findings)]
     if report["notes"]:
         parts += [_section("Notes"), Group(*(Text(f"• {n}") for n in report["notes"]))]
