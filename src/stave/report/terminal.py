@@ -18,7 +18,6 @@ from rich.text import Text
 
 from stave.analyze.result import DoctorResult
 from stave.diagnose.finding import rank_findings
-from stave.measure.steps import PHASES
 from stave.report import doctor_text as dt
 from stave.report import terminal_sections as ts
 from stave.report.doctor_json import doctor_json
