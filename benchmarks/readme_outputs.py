@@ -68,8 +68,21 @@ def run(command: str) -> str:
     return done.stdout
 
 
+def _examples_dir() -> str | None:
+    """Where ``stave_examples`` (the repository's examples/) is imported from, if importable."""
+    try:
+        import stave_examples
+    except ImportError:
+        return None
+    return os.path.dirname(os.path.abspath(stave_examples.__file__))
+
+
 def scrub(text: str) -> str:
-    """No machine paths: the repository root becomes relative, the home directory ``~``."""
+    """No machine paths: the repository root becomes relative, the examples' directory (wherever the
+    installed stave_examples lies) ``examples``, the home directory ``~``."""
+    examples = _examples_dir()
+    if examples and examples != str(ROOT / "examples"):
+        text = text.replace(examples, "examples")
     text = text.replace(f"{ROOT}{os.sep}", "").replace(str(ROOT), ".")
     home = os.path.expanduser("~")
     if home not in ("", "/"):
