@@ -10,6 +10,8 @@ from __future__ import annotations
 import shlex
 from typing import Any, Callable
 
+from stave.measure.steps import PHASES
+from stave.report.findings_view import display_location
 from stave.report.units import NA, fmt_byte_rate, fmt_bytes, fmt_count, fmt_pct, fmt_seconds, sig
 
 Formatter = Callable[[Any], str]
@@ -57,6 +59,8 @@ def utilization_rows(report: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """(label, mean, min, max) of each counter over the summary's window; absent ones read "n/a"."""
     util = report["summary"].get("utilization") or {}
     rows = HOST_ROWS + (GPU_ROWS if report["config"].get("device_type") == "cuda" else ())
+    if no_workers_reason(report) is not None:  # no worker processes: the row would only say "n/a"
+        rows = tuple(r for r in rows if r[1] != "cpu_workers_pct")
     out = []
     for label, key, fmt in rows:
         stat = util.get(key)
@@ -69,13 +73,17 @@ def utilization_window(report: dict[str, Any]) -> str:
     """Which samples the utilization table covers, in words."""
     util = report["summary"].get("utilization") or {}
     where = {"counted_steps": "the counted steps", "steps": "all steps"}.get(util.get("window"), "the whole run")
-    return f"over {where} ({util.get('samples', 0)} samples)"
+    reason = no_workers_reason(report)
+    workers = f"; no loader workers ({reason})" if reason else ""
+    return f"over {where} ({util.get('samples', 0)} samples){workers}"
 
 
 def header_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     """Script, machine, device, software, steps, exit and wall time."""
     run, config, summary = report["run"], report["config"], report["summary"]
-    script = ("-m " if run.get("module") else "") + run.get("script", "")
+    # A script under the working directory is named relative to it (what the reader can open from there).
+    path = run.get("script", "")
+    script = ("-m " + path) if run.get("module") else (display_location(path) if path else "")
     command = " ".join([script, *map(shlex.quote, run.get("args", []))]).strip() or NA
     cores = f"{_opt(run.get('cores_usable'))} of {_opt(run.get('cores_total'))} cores"
     machine = (f"{run.get('hostname') or NA} · {run.get('cpu_model') or NA} · {cores} · "
@@ -165,3 +173,22 @@ def line_location(hot: dict[str, Any]) -> str:
 def rank_host(rank: dict[str, Any]) -> str:
     """A rank's "host:pid" ("n/a" for a rank that left no record)."""
     return f"{rank['hostname']}:{rank['pid']}" if rank.get("hostname") else NA
+
+
+def shown_phases(summary: dict[str, Any]) -> tuple[str, ...]:
+    """The step phases a report shows: the host→device phase only when the run copied anything to a
+    device (on a CPU-only run, or with the data already on the device, it is zero by construction)."""
+    h2d = (summary.get("phase_s") or {}).get("h2d") or {}
+    copied = bool(h2d.get("mean")) or bool(summary.get("h2d_bytes_per_step"))
+    return tuple(p for p in PHASES if p != "h2d" or copied)
+
+
+def no_workers_reason(report: dict[str, Any]) -> str | None:
+    """Why the run has no DataLoader worker processes ("num_workers=0", "no DataLoader was iterated"),
+    or None when it had some."""
+    loaders = report["config"].get("loaders") or []
+    if not loaders:
+        return "no DataLoader was iterated"
+    if all(not ld.get("num_workers") for ld in loaders):
+        return "num_workers=0" if len(loaders) == 1 else "num_workers=0 in every DataLoader"
+    return None

@@ -17,7 +17,7 @@ from stave.report import charts
 from stave.report import doctor_wording as dt
 from stave.report import html_page as hp
 from stave.report.doctor_json import doctor_json
-from stave.report.findings_view import findings_html
+from stave.report.findings_view import checkout_docs_href, findings_html
 from stave.report.trace_section_lookup import missing_trace_note, trace_renderer
 from stave.report.palette import PHASE_COLORS, PHASE_LABELS
 from stave.report.units import (
@@ -32,28 +32,39 @@ from stave.report.units import (
     fmt_us,
     sig,
 )
+from stave.report.verdict import verdict_html
 
 # A bar per step stays readable up to a few hundred steps; beyond that consecutive steps are
 # averaged in equal groups (the caption says so) so the SVG stays small and the bars visible.
 MAX_STEP_BARS = 300
 
-# Utilization series to plot, by chart: (series label, counter, scale to the chart's unit).
-_CPU_SERIES = (("main process", "cpu_main_pct", 1.0), ("loader workers", "cpu_workers_pct", 1.0),
-               ("whole machine", "cpu_system_pct", 1.0), ("iowait", "iowait_pct", 1.0))
+# Utilization series to plot, by chart: (series label, counter, scale to the chart's unit). One unit
+# per chart: the job's processes in % of one core (up to 100 x cores), the machine in % of all cores.
+_CPU_JOB_SERIES = (("main process", "cpu_main_pct", 1.0), ("loader workers", "cpu_workers_pct", 1.0))
+_CPU_MACHINE_SERIES = (("whole machine", "cpu_system_pct", 1.0), ("iowait", "iowait_pct", 1.0))
 _MEMORY_SERIES = (("RSS, process tree", "rss_bytes", 2.0**-30), ("available", "mem_available_bytes", 2.0**-30))
 _GPU_SERIES = (("GPU utilization %", "gpu_util_pct", 1.0),)
 _GPU_MEMORY_SERIES = (("GPU memory used", "gpu_mem_used_bytes", 2.0**-30),
                       ("CUDA allocated", "cuda_allocated_bytes", 2.0**-30))
 
 
-def doctor_html(result: DoctorResult, report: dict[str, Any] | None = None) -> str:
-    """The complete HTML report of ``result`` (``report``: its ``doctor_json``, if already built)."""
+def doctor_html(result: DoctorResult, report: dict[str, Any] | None = None,
+                html_dir: str | None = None) -> str:
+    """The complete HTML report of ``result`` (``report``: its ``doctor_json``, if already built).
+
+    The first screen is the verdict (top findings, their fixes, the step time); the run's details,
+    the breakdown and the plots follow. ``html_dir``: where the page will be written, so its docs
+    links are relative to it (None: docs pages are named, not linked).
+    """
     report = doctor_json(result) if report is None else report
     run = report["run"]
     name = (run.get("script") or "script").rsplit("/", 1)[-1]
+    findings = rank_findings(list(result.findings))
+    docs_href = checkout_docs_href(html_dir)
     body = [
         f"<h1>stave doctor: {hp.esc(name)}</h1>",
         f'<p class="sub">{hp.esc(run.get("started_at") or "")} · {hp.esc(run.get("hostname") or "")}</p>',
+        verdict_html(report, findings, docs_href),
         hp.key_values(dt.header_rows(report)),
         step_time_html(report),
         utilization_html(report),
@@ -61,7 +72,7 @@ def doctor_html(result: DoctorResult, report: dict[str, Any] | None = None) -> s
         device_html(report),
         hot_lines_html(report),
         ranks_html(report),
-        hp.section(f"Findings ({len(result.findings)})", findings_html(rank_findings(list(result.findings)))),
+        hp.section(f"Findings ({len(findings)})", findings_html(findings, docs_href=docs_href), section_id="findings"),
         trace_section_html(result),
         notes_html(report["notes"], missing_trace_note(result.trace, "render_html")),
     ]
@@ -77,22 +88,25 @@ def step_time_html(report: dict[str, Any]) -> str:
     stats = (f"<p>median {hp.esc(fmt_seconds(st['median']))} · p90 {hp.esc(fmt_seconds(st['p90']))} · "
              f"mean {hp.esc(fmt_seconds(st['mean']))} · "
              f"{hp.esc(fmt_throughput(summary['samples_per_s'], summary['samples_per_step']))}</p>")
+    phases = dt.shown_phases(summary)
     parts = [(f"{PHASE_LABELS[p]} {fmt_share(summary['breakdown'][p])}", summary["breakdown"][p] or 0.0,
-              PHASE_COLORS[p]) for p in PHASES]
+              PHASE_COLORS[p]) for p in phases]
     rows = [(PHASE_LABELS[p], fmt_share(summary["breakdown"][p]), fmt_ms(summary["phase_s"][p]["mean"]),
-             fmt_ms(summary["phase_s"][p]["median"])) for p in PHASES]
+             fmt_ms(summary["phase_s"][p]["median"])) for p in phases]
     table = hp.table(("phase", "share", "mean per step", "median per step"), rows, numeric=(1, 2, 3))
-    return hp.section("Step time", stats, hp.stacked_bar(parts), table, breakdown_chart(report["steps"]))
+    note = "" if "h2d" in phases else '<p class="muted">no host→device copies in this run</p>'
+    return hp.section("Step time", stats, hp.stacked_bar(parts), table, note,
+                      breakdown_chart(report["steps"], phases))
 
 
-def breakdown_chart(steps: Sequence[dict[str, Any]]) -> str:
-    """Stacked bars of the phases (ms) of each counted step, as an inline SVG figure."""
+def breakdown_chart(steps: Sequence[dict[str, Any]], phases: Sequence[str] = PHASES) -> str:
+    """Stacked bars of the ``phases`` (ms) of each counted step, as an inline SVG figure."""
     counted = [s for s in steps if s["counted"]]
     if not counted:
         return ""
     groups = group_evenly(counted, MAX_STEP_BARS)
     x = [sum(s["index"] for s in g) / len(g) for g in groups]
-    series = {p: [sum(s["phase_s"][p] for s in g) / len(g) * 1e3 for g in groups] for p in PHASES}
+    series = {p: [sum(s["phase_s"][p] for s in g) / len(g) * 1e3 for g in groups] for p in phases}
     caption = "counted steps (warm-up and profiled steps left out)"
     if len(groups) < len(counted):
         caption += f"; each bar is the mean of {math.ceil(len(counted) / len(groups))} consecutive steps"
@@ -114,8 +128,10 @@ def utilization_html(report: dict[str, Any]) -> str:
         return hp.section("Utilization", "<p>No machine samples were taken.</p>")
     table = hp.table(("", "mean", "min", "max"), dt.utilization_rows(report), numeric=(1, 2, 3))
     points = report["utilization"]
+    reasons = {"loader workers": f"no loader workers: {why}"} if (why := dt.no_workers_reason(report)) else {}
     figures = [
-        _lines(points, _CPU_SERIES, "CPU (% of one core; whole machine: % of all cores)", "%"),
+        _lines(points, _CPU_JOB_SERIES, "CPU of this job (% of one core)", "% of one core", reasons),
+        _lines(points, _CPU_MACHINE_SERIES, "CPU of the whole machine (% of all cores)", "% of all cores"),
         _lines(points, _MEMORY_SERIES, "Host memory", "GiB"),
     ]
     if report["config"].get("device_type") == "cuda":
@@ -125,14 +141,18 @@ def utilization_html(report: dict[str, Any]) -> str:
                       *figures)
 
 
-def _lines(points: Sequence[dict[str, Any]], spec: Sequence[tuple[str, str, float]], title: str, unit: str) -> str:
+def _lines(points: Sequence[dict[str, Any]], spec: Sequence[tuple[str, str, float]], title: str, unit: str,
+           reasons: dict[str, str] | None = None) -> str:
+    """A line chart of the series with readings; a series without any is left out of the chart and its
+    legend, and the caption says why (``reasons`` by label, else: the machine did not provide it)."""
     series = {label: [None if p.get(key) is None else p[key] * scale for p in points] for label, key, scale in spec}
     absent = [label for label, values in series.items() if all(v is None for v in values)]
+    why = [(reasons or {}).get(label, f"{label}: not provided by this machine") for label in absent]
     if len(absent) == len(series):
-        return f'<p class="muted">{hp.esc(title)}: {NA} (not provided by this machine)</p>'
-    chart = charts.Lines(x=[p["t_s"] for p in points], series=series, title=title, xlabel="time (s)", ylabel=unit)
-    caption = f"absent on this machine: {', '.join(absent)}" if absent else ""
-    return hp.figure(charts.to_svg(chart), caption)
+        return f'<p class="muted">{hp.esc(title)}: {NA} ({hp.esc("; ".join(why))})</p>'
+    shown = {label: values for label, values in series.items() if label not in absent}
+    chart = charts.Lines(x=[p["t_s"] for p in points], series=shown, title=title, xlabel="time (s)", ylabel=unit)
+    return hp.figure(charts.to_svg(chart), "; ".join(why))
 
 
 def pipeline_html(report: dict[str, Any]) -> str:
@@ -201,13 +221,14 @@ def ranks_html(report: dict[str, Any]) -> str:
     ranks = report["ranks"]
     if len(ranks) < 2:
         return ""
+    phases = dt.shown_phases(report["summary"])
     rows = [(r["rank"], dt.rank_host(r), r["status"], fmt_seconds(r["step_time_s"]["median"]),
              fmt_seconds(r["step_time_s"]["p90"]), fmt_rate(r["samples_per_s"], ""),
-             *(fmt_share(r["breakdown"][p]) for p in PHASES), fmt_seconds(r.get("comm_wait_s")),
+             *(fmt_share(r["breakdown"][p]) for p in phases), fmt_seconds(r.get("comm_wait_s")),
              fmt_bytes(r.get("peak_rss_bytes")), fmt_bytes(r.get("peak_cuda_bytes"))) for r in ranks]
-    headers = ("rank", "host:pid", "status", "median", "p90", "samples/s", *(PHASE_LABELS[p] for p in PHASES),
+    headers = ("rank", "host:pid", "status", "median", "p90", "samples/s", *(PHASE_LABELS[p] for p in phases),
                "comm wait", "peak RSS", "peak GPU mem")
-    return hp.section(f"Ranks ({len(ranks)})", hp.table(headers, rows, numeric=tuple(range(3, 15))))
+    return hp.section(f"Ranks ({len(ranks)})", hp.table(headers, rows, numeric=tuple(range(3, len(headers)))))
 
 
 def trace_section_html(result: DoctorResult) -> str:

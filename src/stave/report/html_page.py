@@ -48,6 +48,22 @@ table.kv th { color: var(--muted); font-weight: normal; }
   overflow-x: auto; margin: 6px 0; }
 .docs { font-size: 12px; color: var(--muted); margin: 4px 0 0; }
 ul.notes li { color: var(--muted); }
+.verdict { border: 1px solid var(--line); border-radius: 6px; padding: 4px 18px 10px; margin: 12px 0 20px; }
+.verdict h2 { margin-top: 10px; }
+.verdict .times { display: flex; flex-wrap: wrap; gap: 8px 40px; margin: 4px 0 8px; color: var(--muted); }
+.verdict .big { font-size: 24px; font-weight: 700; color: var(--fg); font-variant-numeric: tabular-nums; }
+.verdict ol.top { list-style: none; padding: 0; margin: 0; }
+.verdict .card { border-left: 5px solid var(--muted); background: var(--panel); border-radius: 4px;
+  padding: 6px 12px; margin: 8px 0; }
+.verdict .card.sev-critical { border-left-color: #C0392B; }
+.verdict .card.sev-warning { border-left-color: #B9770E; }
+.verdict .card.sev-info { border-left-color: #2E86C1; }
+.verdict .head { font-size: 15px; }
+.verdict .speedup { font-weight: 700; font-size: 16px; margin-right: 6px; }
+.verdict .sev { font-size: 11px; font-weight: 700; letter-spacing: 0.04em; color: var(--muted); }
+.verdict .title { font-weight: 600; margin: 2px 0; }
+.verdict .evidence, .verdict .more { color: var(--muted); margin: 2px 0; font-size: 13px; }
+.verdict .fix pre { margin: 4px 0; padding: 6px 10px; }
 """
 
 
@@ -67,9 +83,11 @@ def render_page(title: str, body_html: str) -> str:
     )
 
 
-def section(title: str, *parts: str) -> str:
-    """An ``<h2>`` section: the title is escaped, the parts are trusted HTML."""
-    return f"<section>\n<h2>{esc(title)}</h2>\n" + "\n".join(p for p in parts if p) + "\n</section>"
+def section(title: str, *parts: str, section_id: str = "") -> str:
+    """An ``<h2>`` section: the title is escaped, the parts are trusted HTML; ``section_id`` makes it
+    a link target (``#section_id``)."""
+    ident = f' id="{esc(section_id)}"' if section_id else ""
+    return f"<section{ident}>\n<h2>{esc(title)}</h2>\n" + "\n".join(p for p in parts if p) + "\n</section>"
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]], numeric: Sequence[int] = (),

@@ -47,7 +47,8 @@ def write_doctor_outputs(
     if html_path is not None:
         from stave.report.html_doctor import doctor_html  # matplotlib is only imported for HTML
 
-        written.append(atomic_write_text(html_path, doctor_html(result, report)))
+        html_dir = os.path.dirname(os.path.abspath(html_path))  # docs links are relative to the page
+        written.append(atomic_write_text(html_path, doctor_html(result, report, html_dir=html_dir)))
     if timeline_path is not None:
         records = result.rank_records if len(result.rank_records) > 1 else [result.record]
         trace = timeline_json_ranks(records) if len(records) > 1 else timeline_json(records[0])

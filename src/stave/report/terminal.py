@@ -26,6 +26,7 @@ from stave.report.findings_view import findings_renderable
 from stave.report.trace_section_lookup import trace_renderer
 from stave.report.palette import PHASE_COLORS, PHASE_LABELS
 from stave.report.units import fmt_bar, fmt_ms, fmt_seconds, fmt_share, fmt_throughput
+from stave.report.verdict import headline_text
 
 # Width of the per-phase bars: a 100% phase fills this many cells, which leaves room for the
 # phase name, share and time on an 80-column terminal.
@@ -46,7 +47,10 @@ def render_doctor(result: DoctorResult, console: Console, report: dict[str, Any]
 def doctor_renderable(report: dict[str, Any], result: DoctorResult) -> RenderableType:
     """Everything but the trace section, as one renderable (``report`` is ``doctor_json(result)``)."""
     summary = report["summary"]
-    parts: list[RenderableType] = [_section("stave doctor", first=True), header(report)]
+    findings = rank_findings(list(result.findings))
+    # The verdict first, in one line; the details follow.
+    parts: list[RenderableType] = [_section("stave doctor", first=True),
+                                   Text(headline_text(report, findings), style="bold"), header(report)]
     parts += [_section("Step time"), step_time(summary)]
     parts += [_section("Utilization"), ts.utilization_table(report)]
     parts += [_section("Data pipeline"), ts.pipeline_group(report)]
@@ -56,8 +60,8 @@ def doctor_renderable(report: dict[str, Any], result: DoctorResult) -> Renderabl
     parts += [_section(f"Top lines ({dt.stack_text(summary)})"),
               ts.hot_lines_table(report["hot_lines"], summary["stack_samples"])]
     if len(report["ranks"]) > 1:
-        parts += [_section(f"Ranks ({len(report['ranks'])})"), ts.ranks_table(report["ranks"])]
-    findings = rank_findings(list(result.findings))
+        parts += [_section(f"Ranks ({len(report['ranks'])})"),
+                  ts.ranks_table(report["ranks"], dt.shown_phases(summary))]
     parts += [_section(f"Findings ({len(findings)})"), findings_renderable(findings)]
     if report["notes"]:
         parts += [_section("Notes"), Group(*(Text(f"• {n}") for n in report["notes"]))]
@@ -93,7 +97,8 @@ def step_time(summary: dict[str, Any]) -> RenderableType:
     table.add_column(justify="right", no_wrap=True)
     table.add_column(justify="right", no_wrap=True)
     table.add_column(no_wrap=True)
-    for phase in PHASES:
+    phases = dt.shown_phases(summary)
+    for phase in phases:
         share = summary["breakdown"][phase]
         table.add_row(
             Text(PHASE_LABELS[phase], style=PHASE_COLORS[phase]),
@@ -101,5 +106,6 @@ def step_time(summary: dict[str, Any]) -> RenderableType:
             fmt_ms(summary["phase_s"][phase]["mean"]),
             Text(fmt_bar(share, BREAKDOWN_BAR_WIDTH), style=PHASE_COLORS[phase]),
         )
-    note = Text("shares of the total step time; times are means per step", style="dim")
+    copies = "" if "h2d" in phases else "; no host→device copies in this run"
+    note = Text(f"shares of the total step time; times are means per step{copies}", style="dim")
     return Group(head, Padding(table, (1, 0, 0, 2)), note)

@@ -7,7 +7,7 @@ rich never parses them as markup.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -165,12 +165,12 @@ def hot_lines_table(hot_lines: list[dict[str, Any]], stack_samples: int) -> Rend
     return table
 
 
-def ranks_table(ranks: list[dict[str, Any]]) -> RenderableType:
-    """Every rank side by side: step time, throughput, the breakdown's shares, the wait inside
-    collectives and peak memory (GPU where there is one, else the process tree's RSS)."""
+def ranks_table(ranks: list[dict[str, Any]], phases: Sequence[str] = PHASES) -> RenderableType:
+    """Every rank side by side: step time, throughput, the breakdown's shares (of ``phases``), the
+    wait inside collectives and peak memory (GPU where there is one, else the process tree's RSS)."""
     short = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd", "optimizer": "opt",
              "other": "other"}
-    table = _table("rank", "host:pid", "status", "median", "samples/s", *(short[p] for p in PHASES),
+    table = _table("rank", "host:pid", "status", "median", "samples/s", *(short[p] for p in phases),
                    "comm wait", "peak mem", right_from=3, gap=1)
     table.columns[1].no_wrap = True
     table.columns[2].no_wrap = True
@@ -183,7 +183,7 @@ def ranks_table(ranks: list[dict[str, Any]]) -> RenderableType:
             Text(r["status"], style="" if r["status"] == "ok" else "bold red"),
             fmt_seconds(st["median"]),
             fmt_rate(r["samples_per_s"], ""),
-            *(fmt_share(r["breakdown"][p]) for p in PHASES),
+            *(fmt_share(r["breakdown"][p]) for p in phases),
             fmt_seconds(r.get("comm_wait_s")),
             fmt_bytes(peak),
         )

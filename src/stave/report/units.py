@@ -171,7 +171,7 @@ def _fmt_number_by_key(key: str, value: float) -> str:
         return fmt_byte_rate(value)
     if key.endswith("_per_s"):
         return fmt_rate(value)
-    if key.endswith("_bytes"):
+    if key.endswith("_bytes") or key == "bytes":
         return fmt_bytes(value)
     if key.endswith("_ns"):
         return fmt_seconds(value / 1e9)
@@ -200,3 +200,52 @@ def fmt_bar(fraction: float | None, width: int) -> str:
     eighths = round(max(0.0, min(1.0, fraction)) * width * 8)
     full, rest = divmod(eighths, 8)
     return "█" * full + (_EIGHTHS[rest] if rest else "")
+
+
+# Evidence keys carry their unit as a suffix (docs/schema.md); a reader sees the quantity's name and the
+# value with its unit instead. (suffix, noun added to the label or "" when the value's unit says it all);
+# longer suffixes first, as in _fmt_number_by_key.
+_SUFFIX_NOUNS: tuple[tuple[str, str], ...] = (
+    ("_bytes_per_s", "bytes per second"),
+    ("_per_s", "per second"),
+    ("_bytes", "bytes"),
+    ("_ns", "time"),
+    ("_s", "time"),
+    ("_pct", ""),
+    ("_share", "share"),
+    ("_frac", "share"),
+    ("_fraction", "share"),
+    ("_ratio", "ratio"),
+)
+# Words in evidence keys that read better spelled out or capitalized.
+_WORDS = {"h2d": "host→device", "d2h": "device→host", "cpu": "CPU", "gpu": "GPU", "io": "I/O",
+          "rss": "RSS", "mfu": "MFU", "psi": "PSI", "num": "number of",
+          "tf32": "TF32", "nccl": "NCCL", "cuda": "CUDA"}
+# Stems that already say they are a duration: no "time" added after them.
+_TIME_WORDS = frozenset({"wait", "time", "idle", "latency", "duration", "stall", "runtime", "exec"})
+_KEEP_CASE = frozenset({"bf16", "fp16", "fp32", "fp8"})
+
+
+def evidence_label(key: str) -> str:
+    """A reader's label for an evidence key: ``forward_backward_s`` -> "Forward backward time",
+    ``h2d_bytes`` -> "Host→device bytes", ``cpu_main_pct`` -> "CPU main".
+
+    The value beside it is formatted by :func:`fmt_value` with the unit, so the label names only
+    the quantity; a key without a known suffix is spelled with spaces.
+    """
+    stem, noun = key.replace("_s_at_", "_time_at_"), ""  # "matmul_s_at_probe_rate": seconds, qualified
+    for suffix, suffix_noun in _SUFFIX_NOUNS:
+        if stem.endswith(suffix) and len(stem) > len(suffix):
+            stem, noun = stem[: -len(suffix)], suffix_noun
+            break
+    raw = stem.split("_")
+    if noun == "time" and (_TIME_WORDS & set(raw) or "per" in raw):  # "data wait", "runtime per step"
+        noun = ""
+    if noun == "bytes per second" and {"bandwidth", "rate", "throughput"} & set(raw):  # "h2d_bandwidth_bytes_per_s"
+        noun = ""
+    words = [_WORDS.get(w.lower(), w) for w in raw if w]
+    if noun and (not words or words[-1] != noun):
+        words.append(noun)
+    text = " ".join(words) or key
+    # A word spelled as written (bf16, fp32) keeps its case at the start of the label.
+    return text if words[:1] and words[0] in _KEEP_CASE else text[0].upper() + text[1:]

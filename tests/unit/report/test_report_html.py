@@ -55,7 +55,8 @@ def test_page_is_self_contained(page: str) -> None:
 
 
 def test_page_has_the_plots_and_sections(page: str) -> None:
-    assert page.count("<svg") == 3  # breakdown over steps, CPU over time, memory over time
+    # breakdown over steps; CPU of the job (% of one core) and of the machine (% of all cores) apart; memory
+    assert page.count("<svg") == 4
     assert "Step time by phase" in page
     for heading in ("Step time", "Utilization", "Data pipeline", "Top lines", "Ranks (2)", "Findings (3)", "Notes"):
         assert f"<h2>{heading}" in page
@@ -96,7 +97,7 @@ def test_gpu_charts_appear_only_with_gpu_readings(single_result) -> None:
         sample.gpu_util_pct = 40.0 + i % 10
     page = doctor_html(single_result)
     assert "GPU utilization" in page
-    assert page.count("<svg") == 4  # GPU memory is absent: a note instead of a flat line at zero
+    assert page.count("<svg") == 5  # GPU memory is absent: a note instead of a flat line at zero
     assert "GPU memory: n/a" in page
 
 
@@ -136,3 +137,66 @@ def test_page_matches_golden_with_charts_as_placeholders(result, monkeypatch) ->
     if os.environ.get("STAVE_UPDATE_GOLDEN") == "1":
         golden.write_text(page, encoding="utf-8")
     assert page == golden.read_text(encoding="utf-8"), f"HTML report differs from {golden}; see the docstring"
+
+
+def test_verdict_block_comes_before_any_chart_and_table(page: str) -> None:
+    verdict = page.index('<section class="verdict"')
+    assert verdict < page.index("<svg") and verdict < page.index('<div class="chart">')
+    assert verdict < page.index("<table") and verdict < page.index("<h2>Step time")
+    block = page[verdict:page.index("</section>", verdict)]
+    # The top finding (ranked first) with its speedup, its one-line evidence, its fix and a link to the details.
+    assert "DATA_CPU_BOUND" in block and "est. " in block and '<div class="fix">' in block
+    assert 'href="#finding-1"' in block and 'id="finding-1"' in page
+    assert "measured step time (median)" in block
+    # The info finding that buys nothing ("keep fp32") stays below, counted, not on the first screen.
+    assert "NO_MIXED_PRECISION" not in block and "1 more finding in" in block
+    assert "achievable" not in block  # the synthetic result has no step-model estimate
+
+
+def test_verdict_shows_the_achievable_step_time_when_the_report_has_one(result) -> None:
+    from stave.report.doctor_json import doctor_json
+    from stave.report.verdict import headline_text
+
+    report = doctor_json(result)
+    measured = report["summary"]["step_time_s"]["median"]
+    report["summary"]["achievable_step_s"] = measured / 2
+    page = doctor_html(result, report)
+    block = page[page.index('<section class="verdict"'):]
+    assert "achievable with every fix applied (2.00x, step model)" in block
+    assert headline_text(report, result.findings).endswith("step 227 ms (median) → 114 ms with every fix")
+
+
+def test_evidence_is_labelled_for_people(page: str) -> None:
+    keys = {k for f in make_result().findings for k in f.evidence}
+    labels = re.findall(r'<tr><th title="[^"]*">([^<]*)</th>', page)  # the evidence tables' row labels
+    assert keys and labels and not set(labels) & keys  # no raw key as visible text
+    assert ">Median step time</th><td>228 ms<" in page and ">Data wait share</th><td>40.2%<" in page
+    assert "Data wait share 40.2% · Data wait 94.1 ms · CPU system 97%" in page  # the verdict's line
+
+
+def test_cpu_only_run_hides_what_it_does_not_have(single_result) -> None:
+    from stave.report.doctor_json import doctor_json
+
+    report = doctor_json(single_result)
+    for loader in report["config"]["loaders"]:
+        loader["num_workers"] = 0
+    for point in report["utilization"]:
+        point["cpu_workers_pct"] = None
+    page = doctor_html(single_result, report)
+    assert "<td>host→device</td>" not in page and "host→device 0.0%" not in page  # no row, no legend
+    assert "no host→device copies in this run" in page
+    assert "CPU, loader workers" not in page  # no row that can only say n/a
+    assert "no loader workers: num_workers=0" in page
+    assert "absent on this machine" not in page
+
+
+def test_docs_links_open_from_where_the_page_is_written(result, tmp_path) -> None:
+    from stave.report.findings_view import checkout_docs_href
+
+    href = checkout_docs_href(tmp_path / "out")
+    if href is None:
+        pytest.skip("stave runs from an install without its docs/ (links are shown as text there)")
+    page = doctor_html(result, html_dir=str(tmp_path / "out"))
+    links = re.findall(r'href="([^"#]+\.md)"', page)
+    assert links and all((tmp_path / "out" / link).resolve().is_file() for link in links)
+    assert not any(link.startswith("/") for link in links)

@@ -82,7 +82,7 @@ def test_markup_in_user_strings_is_printed_literally(single_result: DoctorResult
     text = render(single_result)
     assert "/data/[bold]x[/]/train[0].py" in text
     assert "[link=x]click[/link]" in text
-    assert "path  [/]" in text
+    assert "Path  [/]" in text
 
 
 def test_narrow_terminal_does_not_crash(result: DoctorResult) -> None:
@@ -124,3 +124,23 @@ def test_a_loop_without_dataloader_has_no_sample_rate(single_result: DoctorResul
     assert summary["samples_per_s"] is None and summary["samples_per_step"] is None
     assert summary["step_time_s"]["median"] > 0
     validate_doctor_json(doctor_json(single_result))
+
+
+def test_the_verdict_is_one_line_before_the_details(result: DoctorResult) -> None:
+    lines = render(result).splitlines()
+    verdict = [i for i, line in enumerate(lines) if line.startswith("Verdict: ")]
+    assert len(verdict) == 1 and verdict[0] == 1  # right under the title rule
+    assert lines[1] == "Verdict: DATA_CPU_BOUND est. 1.74x · 2 more findings · step 227 ms (median)"
+    assert verdict[0] < next(i for i, line in enumerate(lines) if line.startswith("script"))
+
+
+def test_host_to_device_phase_shows_only_when_the_run_copied() -> None:
+    from stave.measure.steps import PHASES
+    from stave.report.doctor_wording import shown_phases
+
+    none = {"phase_s": {"h2d": {"mean": 0.0, "median": 0.0}}, "h2d_bytes_per_step": 0}
+    some = {"phase_s": {"h2d": {"mean": 0.004, "median": 0.004}}, "h2d_bytes_per_step": 3 << 20}
+    assert "h2d" not in shown_phases(none) and len(shown_phases(none)) == len(PHASES) - 1
+    assert shown_phases(some) == PHASES
+    # Copies counted but too short to time still count as copies.
+    assert "h2d" in shown_phases({"phase_s": {"h2d": {"mean": 0.0}}, "h2d_bytes_per_step": 1024})

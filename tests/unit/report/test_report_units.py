@@ -100,3 +100,30 @@ def test_unknown_schema_tag_is_a_clear_error() -> None:
     assert load_schema("stave.doctor/1")["properties"]["schema"] == {"const": "stave.doctor/1"}
     with pytest.raises(FormatError, match="no schema file for 'stave.nope/1'"):
         load_schema("stave.nope/1")
+
+
+def test_evidence_labels_name_the_quantity_not_the_unit_suffix() -> None:
+    from stave.report.units import evidence_label
+
+    assert evidence_label("forward_backward_s") == "Forward backward time"
+    assert evidence_label("data_wait_s") == "Data wait"  # already a duration
+    assert evidence_label("runtime_per_step_s") == "Runtime per step"
+    assert evidence_label("h2d_bytes") == "Host→device bytes"
+    assert evidence_label("read_bytes_per_s") == "Read bytes per second"  # longest suffix first
+    assert evidence_label("cpu_system_pct") == "CPU system"  # the value carries the %
+    assert evidence_label("data_wait_share") == "Data wait share"
+    assert evidence_label("data_wait_frac") == "Data wait share"
+    assert evidence_label("matmul_s_at_probe_rate") == "Matmul time at probe rate"
+    assert evidence_label("bf16_probe_speedup") == "bf16 probe speedup"  # dtype names keep their case
+    assert evidence_label("outlier_steps") == "Outlier steps"
+
+
+def test_locations_under_the_working_directory_are_shown_relative(tmp_path) -> None:
+    from stave.report.findings_view import display_location
+
+    inside = tmp_path / "pkg" / "train.py"
+    assert display_location(f"{inside}:93", cwd=str(tmp_path)) == "pkg/train.py:93"
+    assert display_location(str(inside), cwd=str(tmp_path)) == "pkg/train.py"
+    assert display_location("/elsewhere/train.py:7", cwd=str(tmp_path)) == "/elsewhere/train.py:7"
+    assert display_location(f"{tmp_path}2/x.py:1", cwd=str(tmp_path)) == f"{tmp_path}2/x.py:1"  # a sibling, not inside
+    assert display_location("<stdin>:3", cwd=str(tmp_path)) == "<stdin>:3"
