@@ -193,6 +193,8 @@ def describe_model(module: torch.nn.Module, snap: ConfigSnapshot) -> None:
         total += p.numel()
     snap.model_params = total
     snap.param_dtypes = dtypes
+    attn = getattr(getattr(module, "config", None), "_attn_implementation", None)
+    snap.attn_implementation = attn if isinstance(attn, str) else None
     convs = [m for m in module.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))]
     snap.conv_model = bool(convs)
     if convs:

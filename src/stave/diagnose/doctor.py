@@ -7,6 +7,7 @@ from typing import Sequence
 from stave.analyze.breakdown import summarize_steps
 from stave.analyze.result import DoctorResult, rank_summary
 from stave.diagnose.engine import run_rules
+from stave.diagnose.framework_fixes import apply_framework_fixes
 from stave.diagnose.finding import rank_findings
 from stave.diagnose.inputs import DoctorInput
 from stave.measure.record import RunRecord
@@ -25,6 +26,7 @@ def diagnose_records(records: Sequence[RunRecord], statuses: Sequence[str | None
     summary = summarize_steps(primary.steps)
     notes: list[str] = list(primary.notes)
     findings = run_rules("doctor", DoctorInput(primary, summary), notes)
+    findings = apply_framework_fixes(findings, primary.config)
     statuses = list(statuses) if statuses is not None else [None] * len(ordered)
     ranks = [rank_summary(r, s) for r, s in zip(ordered, statuses)]
     if len(ordered) > 1:
