@@ -47,7 +47,7 @@ def doctor_renderable(report: dict[str, Any], result: DoctorResult) -> Renderabl
     """Everything but the trace section, as one renderable (``report`` is ``doctor_json(result)``)."""
     summary = report["summary"]
     parts: list[RenderableType] = [_section("stave doctor", first=True), header(report)]
-    parts += [_section("Step time"), step_time(summary)]
+    parts += [_section("Step time"), step_time(summary), *workload({}, report["config"])]
     parts += [_section("Utilization"), ts.utilization_table(report)]
     parts += [_section("Data pipeline"), ts.pipeline_group(report)]
     device = ts.device_tables(report["device"], summary["steps"])
@@ -102,4 +102,9 @@ def step_time(summary: dict[str, Any]) -> RenderableType:
             Text(fmt_bar(share, BREAKDOWN_BAR_WIDTH), style=PHASE_COLORS[phase]),
         )
     note = Text("shares of the total step time; times are means per step", style="dim")
-    return Group(head, Padding(table, (1, 0, 0, 2)), note)
+    return Group(head, *workload(summary), Padding(table, (1, 0, 0, 2)), note)
+
+
+def workload(summary: dict[str, Any], config: dict[str, Any] | None = None) -> list[RenderableType]:
+    """Lines under the step time: tokens/s, evaluation's share, MFU, framework and attention."""
+    return [Text(line) for line in dt.workload_lines(summary, config or {})]
