@@ -36,6 +36,7 @@ def padded_rows(rows: int, lengths: list[int]) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
 
 
+@pytest.mark.slow
 def test_plain_loop_counts_tokens_real_tokens_and_the_sdpa_kernel():
     torch.manual_seed(0)
     model = tiny_gpt2()

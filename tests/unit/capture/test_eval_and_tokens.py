@@ -76,3 +76,43 @@ def test_frozen_teacher_under_no_grad_stays_training_work():
             opt.step()
     assert all(s.eval_ns == 0 for s in run.record.steps)
     assert all(s.forward_calls == 2 for s in run.record.steps[1:])
+
+
+class NanoGPTish(nn.Module):
+    """forward(idx, targets) over integer tensors sliced by the loop itself (no DataLoader)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(64, 32)
+        self.qkv = nn.Linear(32, 96)
+        self.head = nn.Linear(32, 64)
+
+    def forward(self, idx, targets=None):
+        b, t = idx.shape
+        q, k, v = self.qkv(self.emb(idx)).view(b, t, 3, 2, 16).permute(2, 0, 3, 1, 4)
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        logits = self.head(y.transpose(1, 2).reshape(b, t, 32))
+        return nn.functional.cross_entropy(logits.view(-1, 64), targets.view(-1))
+
+
+def test_self_sliced_integer_batches_give_samples_tokens_and_the_sdpa_kernel():
+    torch.manual_seed(0)
+    data = torch.randint(0, 64, (4096,))
+    model = NanoGPTish()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with stave.watch(warmup=3, probes=False) as run:
+        for _ in range(6):
+            ix = torch.randint(0, len(data) - 33, (8,))
+            x = torch.stack([data[i:i + 32] for i in ix])
+            y = torch.stack([data[i + 1:i + 33] for i in ix])
+            model(x, y).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    rec = run.record
+    for s in rec.counted_steps():
+        assert (s.samples, s.tokens, s.real_tokens) == (8, 256, 256)
+    cfg = rec.config
+    assert cfg.sdpa_calls == 6
+    assert cfg.sdpa_inputs["is_causal"] == "True" and cfg.sdpa_inputs["attn_mask"] == "none"
+    assert any("flash" in k for k in cfg.sdpa_kernels), cfg.sdpa_kernels  # the CPU flash kernel
+    assert cfg.attention_flops_by_phase["forward"] == 2 * 8 * 2 * 32 * 32 * (16 + 16)
