@@ -195,7 +195,7 @@ def workload_lines(summary: dict[str, Any], config: dict[str, Any]) -> list[str]
         attention.append(f'attn_implementation="{config["attn_implementation"]}"')
     kernels = config.get("sdpa_kernels") or {}
     if kernels:
-        attention.append("SDPA kernel " + ", ".join(sorted(kernels)))
+        attention.append("SDPA kernel " + ", ".join(sorted(k.replace("scaled_dot_product_", "") for k in kernels)))
     elif config.get("sdpa_calls"):
         attention.append("SDPA ran the math path")
     if attention:
