@@ -123,8 +123,10 @@ class TokenCount:
 def count_tokens(ids: torch.Tensor, mask: torch.Tensor | None, pad_id: int | None = None) -> TokenCount:
     """Count the tokens of one input; the real lengths come from the mask, else the pad id.
 
-    On a CPU tensor the lengths are read at once; on a device tensor the (tiny) reduction is
-    queued and read later by :func:`resolve_lengths`.
+    On a CPU tensor the lengths are read at once. On a CUDA tensor the (tiny) reduction and a
+    non-blocking copy into pinned host memory are queued on the user's stream; the host buffer is
+    read by :func:`resolve_lengths` once the step's end event has passed, so no synchronization
+    is added (reading the device tensor itself would wait for the whole queued step).
     """
     rows, width = int(ids.shape[0]), int(ids.shape[1])
     lengths: Any = None
@@ -135,6 +137,10 @@ def count_tokens(ids: torch.Tensor, mask: torch.Tensor | None, pad_id: int | Non
             lengths = (ids != pad_id).sum(dim=1)
     if lengths is not None and lengths.device.type == "cpu":
         lengths = lengths.tolist()
+    elif lengths is not None and lengths.device.type == "cuda":
+        host = torch.empty(lengths.shape, dtype=lengths.dtype, pin_memory=True)
+        host.copy_(lengths, non_blocking=True)
+        lengths = host
     return TokenCount(rows, width, lengths)
 
 

@@ -97,3 +97,15 @@ def test_token_totals_real_longest_and_squares():
 @pytest.mark.parametrize("bad", [torch.zeros(3, dtype=torch.long), torch.zeros(3, 1, dtype=torch.long)])
 def test_label_vectors_and_single_columns_are_not_tokens(bad):
     assert find_tokens([("input_ids", bad)]) == (None, None)
+
+
+@pytest.mark.cuda
+def test_cuda_mask_lengths_are_copied_to_pinned_memory_without_a_sync():
+    b = {k: v.cuda() for k, v in lm_batch().items()}
+    c = count_tokens(b["input_ids"], b["attention_mask"])
+    assert isinstance(c.row_lengths, torch.Tensor) and c.row_lengths.device.type == "cpu"
+    assert c.row_lengths.is_pinned()
+    torch.cuda.synchronize()  # what the step's end event guarantees when the step is resolved
+    totals = TokenTotals()
+    totals.add(c)
+    assert totals.real_tokens == 19
