@@ -225,6 +225,7 @@ class StepTracker:
         for first, last in eval_runs:
             rec.eval_ns += max(0, self.clock.elapsed_ns(p.spans[first].start, p.spans[last].end))
         model_samples = 0
+        token_rows = 0
         totals = TokenTotals()
         for i, span in enumerate(p.spans):
             if i in in_eval:
@@ -236,6 +237,7 @@ class StepTracker:
             model_samples += span.model_samples
             for count in span.tokens:
                 totals.add(count)
+                token_rows += count.rows
             if span.phase == "data_wait":
                 rec.data_wait_ns += ns
                 rec.data_fetches += 1
@@ -249,7 +251,11 @@ class StepTracker:
                 rec.backward_calls += 1
             elif span.phase == "optimizer":
                 rec.optimizer_ns += ns
-        if rec.samples == 0:
+        if token_rows:
+            # Token-id rows the training forwards consumed: exact per optimizer step, whatever the
+            # loader prefetches ahead (accelerate's and Lightning's fetchers run one batch early).
+            rec.samples = token_rows
+        elif rec.samples == 0:
             # No DataLoader batch (a loop that slices its own tensors): the rows the model consumed.
             rec.samples = model_samples
         for name in ("tokens", "real_tokens", "longest_tokens", "token_sq", "real_token_sq", "longest_token_sq"):

@@ -41,6 +41,8 @@ class StepRecord:
     (padding included), ``real_tokens`` without padding, ``longest_tokens`` had each micro-batch
     been padded only to its longest row, ``token_sq`` / ``real_token_sq`` / ``longest_token_sq``
     the sums of squared row lengths (attention's cost grows with them). 0: not seen.
+    ``samples`` are the token rows the training forwards consumed when token ids were seen, else
+    the rows of the DataLoader batches fetched in the step, else the rows of the model's inputs.
     """
 
     index: int

@@ -82,7 +82,13 @@ def step_time_html(report: dict[str, Any]) -> str:
     rows = [(PHASE_LABELS[p], fmt_share(summary["breakdown"][p]), fmt_ms(summary["phase_s"][p]["mean"]),
              fmt_ms(summary["phase_s"][p]["median"])) for p in PHASES]
     table = hp.table(("phase", "share", "mean per step", "median per step"), rows, numeric=(1, 2, 3))
-    return hp.section("Step time", stats, hp.stacked_bar(parts), table, breakdown_chart(report["steps"]))
+    return hp.section("Step time", stats, workload_html(report), hp.stacked_bar(parts), table,
+                      breakdown_chart(report["steps"]))
+
+
+def workload_html(report: dict[str, Any]) -> str:
+    """Tokens/s, evaluation's share, MFU, framework and attention: one paragraph per line shown."""
+    return "".join(f"<p>{hp.esc(line)}</p>" for line in dt.workload_lines(report["summary"], report["config"]))
 
 
 def breakdown_chart(steps: Sequence[dict[str, Any]]) -> str:

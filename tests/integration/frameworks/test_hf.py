@@ -88,7 +88,8 @@ def test_trainer_batches_framework_and_padding_fix_in_its_words():
     def collate(rows):
         return transformers.BatchEncoding(padded_rows(len(rows), [r["n"] for r in rows]))
 
-    args = transformers.TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=8, max_steps=8,
+    args = transformers.TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=4, max_steps=8,
+                                          gradient_accumulation_steps=2,
                                           report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True,
                                           logging_steps=1000, remove_unused_columns=False)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=data, data_collator=collate)
@@ -98,8 +99,10 @@ def test_trainer_batches_framework_and_padding_fix_in_its_words():
     assert rec.config.framework == "hf_trainer"
     assert rec.config.framework_version == transformers.__version__
     result = diagnose_records([rec])
+    # one optimizer step = both micro-batches of the accumulation
     assert result.summary.samples_per_step == pytest.approx(8)
     assert result.summary.tokens_per_step == pytest.approx(8 * WIDTH)
+    assert all(s.forward_calls == 2 for s in rec.counted_steps())
     top = result.findings[0]
     assert top.id == "PADDING_WASTE"
     fields = {f.name for f in __import__("dataclasses").fields(transformers.TrainingArguments)}
