@@ -287,8 +287,20 @@ class DoctorSession:
     def _run_probes(self) -> Any:
         from stave.monitor.probes import run_probes
 
+        from stave.monitor.optimizer_probe import MAX_PROBE_VALUES, fused_optimizer_ratio
+
         threads = self.config.torch_threads or torch.get_num_threads()
-        return run_probes(threads, dev.resolve_device(None))
+        device = dev.resolve_device(None)
+        probes = run_probes(threads, device)
+        # The optimizer with most parameters: the one whose step the finding would change.
+        optimizers = sorted(self.config.optimizers, key=lambda o: -o.params)
+        if optimizers:
+            opt = optimizers[0]
+            probes.optimizer_fused_ratio = fused_optimizer_ratio(opt, device)
+            if probes.optimizer_fused_ratio is not None:
+                tensors = max(1, opt.param_tensors)
+                probes.optimizer_probe = [tensors, max(1, min(opt.params, MAX_PROBE_VALUES) // tensors)]
+        return probes
 
     # --- the record ----------------------------------------------------------------------------------
 

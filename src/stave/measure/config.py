@@ -50,6 +50,10 @@ class LoaderInfo:
     epoch_samples: int | None = None
 
 
+# torch.optim optimizers with a fused implementation (fused=True, CPU and CUDA since torch 2.4).
+FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad")
+
+
 @dataclass
 class OptimizerInfo:
     """One optimizer that stepped."""

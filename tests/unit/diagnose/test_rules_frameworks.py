@@ -255,3 +255,14 @@ def test_ops_do_work_needs_both_counts():
     assert python_loop.ops_do_work(0.045, 100, 3000.0)
     assert not python_loop.ops_do_work(0.045, 5000, 3000.0)
     assert not python_loop.ops_do_work(0.045, None, 3000.0) and not python_loop.ops_do_work(0.045, 100, None)
+
+
+def test_unfused_optimizer_estimate_from_the_fused_probe():
+    rec = opt_record()
+    rec.probes.optimizer_fused_ratio = 2.0
+    f = run_rule("OPTIMIZER_UNFUSED", rec)
+    assert f is not None and "2.00x" in f.title
+    assert f.evidence["fused_optimizer_s"] == pytest.approx(f.evidence["optimizer_s"] / 2, rel=1e-3)
+    # Measured here, fused is no faster (a loaded CPU): no finding, whatever the op count says.
+    rec.probes.optimizer_fused_ratio = 0.6
+    assert run_rule("OPTIMIZER_UNFUSED", rec) is None
