@@ -75,11 +75,11 @@ def library_share(profile: StackProfile, frame_file: str, frame_line: int,
     for _t, step, ph, sid in profile.samples:
         if (wanted is not None and step not in wanted) or (phase is not None and ph != phase):
             continue
-        user = profile._innermost(sid, True)
+        user = profile.innermost(sid, True)
         if user is None or user.file != frame_file or user.line != frame_line:
             continue
         at_line += 1
-        innermost = profile._innermost(sid, False)
+        innermost = profile.innermost(sid, False)
         inside += innermost is not None and not innermost.user
     return inside / at_line if at_line else 0.0
 

@@ -13,6 +13,7 @@ import torch
 
 import stave
 from stave.diagnose.doctor import diagnose_records
+from stave.report.doctor_json import doctor_json, doctor_json_errors
 
 transformers = pytest.importorskip("transformers", reason="transformers is not installed (optional: stave[frameworks])")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -74,8 +75,13 @@ def test_eager_attention_is_named():
             opt.step()
     cfg = run.record.config
     assert cfg.attn_implementation == "eager" and cfg.sdpa_calls == 0
-    ids = [f.id for f in diagnose_records([run.record]).findings]
+    result = diagnose_records([run.record])
+    ids = [f.id for f in result.findings]
     assert "ATTENTION_EAGER" in ids and "PADDING_WASTE" not in ids
+    report = doctor_json(result)
+    assert not doctor_json_errors(report)
+    assert report["summary"]["tokens_per_step"] == 2 * WIDTH == report["summary"]["real_tokens_per_step"]
+    assert report["config"]["attn_implementation"] == "eager"
 
 
 @pytest.mark.slow
