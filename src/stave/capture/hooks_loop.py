@@ -88,9 +88,7 @@ class LoopHooks:
             if self._forward_owned:
                 self.on_model(module)
                 if training and id(module) not in self._input_hooks:
-                    self._input_hooks[id(module)] = module.register_forward_pre_hook(
-                        self._count_inputs, with_kwargs=True
-                    )
+                    self._add_input_hook(module)
 
     def _fwd_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if threading.get_ident() != self.tracker.main_thread_id:
@@ -99,6 +97,15 @@ class LoopHooks:
         if self._depth == 0 and self._forward_owned:
             self._forward_owned = False
             self.tracker.exit(True)
+
+    def _add_input_hook(self, module: torch.nn.Module) -> None:
+        """Count this module's training inputs from its next call on (once per module)."""
+        try:
+            self._input_hooks[id(module)] = module.register_forward_pre_hook(self._count_inputs, with_kwargs=True)
+        except (RuntimeError, AttributeError, TypeError) as exc:
+            # A scripted module takes no Python hooks: its samples come from the loader alone.
+            log.debug("no input hook on %s: %s", type(module).__name__, exc)
+            self._input_hooks[id(module)] = None
 
     def _names(self, module: torch.nn.Module) -> list[str]:
         """Parameter names of ``module.forward``, so positional inputs get their names (``idx``)."""
@@ -164,7 +171,8 @@ class LoopHooks:
     def uninstall(self) -> None:
         """Remove everything :meth:`install` added (in reverse order)."""
         for handle in [*self._handles, *self._input_hooks.values()]:
-            handle.remove()
+            if handle is not None:
+                handle.remove()
         self._handles = []
         self._input_hooks = {}
         while self._restore:
