@@ -266,3 +266,12 @@ def test_unfused_optimizer_estimate_from_the_fused_probe():
     # Measured here, fused is no faster (a loaded CPU): no finding, whatever the op count says.
     rec.probes.optimizer_fused_ratio = 0.6
     assert run_rule("OPTIMIZER_UNFUSED", rec) is None
+
+
+def test_per_token_cost_is_fitted_when_tokens_vary():
+    # 2 ms fixed + 10 us per token, widths varying step to step (dynamic padding)
+    tokens = [256 + 64 * (i % 5) for i in range(20)]
+    compute = [0.002 + 1e-5 * t for t in tokens]
+    assert padding.fitted_token_s(tokens, compute) == pytest.approx(1e-5, rel=1e-6)
+    assert padding.fitted_token_s([512] * 20, [0.01] * 20) is None  # fixed-length padding: no fit
+    assert padding.fitted_token_s(tokens[:4], compute[:4]) is None

@@ -29,6 +29,11 @@ LONGEST_ENOUGH = 0.8
 PACKING_ATTENTION = ("flash_attention_2", "flash_attention_3", "flex_attention")
 # The phases whose work grows with the tokens fed.
 TOKEN_PHASES = ("forward", "backward")
+# Steps whose token counts vary by at least this coefficient of variation (dynamic padding) let the
+# per-token cost be fitted from the steps themselves; below it the fit is noise.
+MIN_TOKEN_CV = 0.10
+# A fit needs this many steps to say anything.
+MIN_FIT_STEPS = 8
 
 
 @dataclass(frozen=True)
@@ -77,11 +82,38 @@ def attention_share(inp: DoctorInput) -> float:
     return attn / total if total else 0.0
 
 
+def fitted_token_s(tokens: list[int], compute_s: list[float]) -> float | None:
+    """Seconds per token from a least-squares line of per-step compute against tokens fed.
+
+    None when the steps do not vary enough in tokens (fixed-length padding) or the slope is not
+    positive: then there is nothing to fit, and the whole compute is taken to scale with tokens.
+    """
+    n = len(tokens)
+    if n < MIN_FIT_STEPS:
+        return None
+    mean_t = sum(tokens) / n
+    mean_c = sum(compute_s) / n
+    var = sum((t - mean_t) ** 2 for t in tokens) / n
+    if mean_t <= 0 or var ** 0.5 / mean_t < MIN_TOKEN_CV:
+        return None
+    slope = sum((t - mean_t) * (c - mean_c) for t, c in zip(tokens, compute_s)) / n / var
+    return slope if slope > 0 else None
+
+
 def token_compute_s(inp: DoctorInput) -> float:
-    """Forward+backward seconds of a median step that grow with the tokens: less the host's fixed
-    per-op dispatch on a CPU (it is on the timeline there and does not shrink with fewer tokens)."""
+    """Forward+backward seconds of a median step that grow with the tokens.
+
+    With token counts that vary from step to step, the measured per-token cost (a fitted slope)
+    times the median step's tokens; otherwise the whole forward+backward less, on a CPU, the host's
+    fixed per-op dispatch (on the timeline there, and it does not shrink with fewer tokens).
+    """
     record, summary = inp.record, inp.summary
     fwd_bwd = sum(phase_s(summary, p) for p in TOKEN_PHASES)
+    steps = record.counted_steps()
+    per_token = fitted_token_s([s.tokens for s in steps], [(s.forward_ns + s.backward_ns) / 1e9 for s in steps])
+    if per_token is not None:
+        tokens = sorted(s.tokens for s in steps)[len(steps) // 2]
+        return min(fwd_bwd, per_token * tokens)
     overhead = record.probes.op_overhead_ns
     ops = sum(record.config.aten_ops_by_phase.get(p, 0) for p in TOKEN_PHASES)
     if not is_gpu(record) and overhead and ops:
