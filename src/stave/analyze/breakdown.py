@@ -32,6 +32,16 @@ class StepSummary:
     phase_mean_s: dict[str, float] = field(default_factory=dict)
     h2d_bytes_per_step: float = 0.0
     comm_wait_mean_s: float = 0.0
+    # Token counts of the model's training inputs (0 when no token input was seen); per step and
+    # per second of training time, padding included (tokens) and left out (real_tokens).
+    tokens_per_step: float = 0.0
+    real_tokens_per_step: float = 0.0
+    tokens_per_s: float = 0.0
+    real_tokens_per_s: float = 0.0
+    # Evaluation between optimizer steps: its seconds per counted step and its share of their wall
+    # time (training plus evaluation).
+    eval_mean_s: float = 0.0
+    eval_share: float = 0.0
 
     def phase_s(self, phase: str) -> float:
         """Mean seconds per step spent in ``phase`` (mean, so phases add up to the mean step)."""
@@ -62,4 +72,14 @@ def summarize_steps(steps: Sequence[StepRecord]) -> StepSummary:
         out.breakdown[phase] = sum(values) / total_s if total_s > 0 else 0.0
     out.h2d_bytes_per_step = sum(s.h2d_bytes for s in counted) / len(counted)
     out.comm_wait_mean_s = sum(s.comm_wait_ns for s in counted) / 1e9 / len(counted)
+    tokens = sum(s.tokens for s in counted)
+    real = sum(s.real_tokens for s in counted)
+    out.tokens_per_step = tokens / len(counted)
+    out.real_tokens_per_step = real / len(counted)
+    out.tokens_per_s = tokens / total_s if total_s > 0 else 0.0
+    out.real_tokens_per_s = real / total_s if total_s > 0 else 0.0
+    eval_s = sum(s.eval_ns for s in counted) / 1e9
+    wall_s = sum(s.wall_ns for s in counted) / 1e9
+    out.eval_mean_s = eval_s / len(counted)
+    out.eval_share = eval_s / wall_s if wall_s > 0 else 0.0
     return out

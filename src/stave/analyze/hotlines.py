@@ -74,3 +74,69 @@ def stack_window(record: RunRecord) -> tuple[set[int] | None, str]:
     if counted and any(row[1] in counted for row in record.stacks.samples):
         return counted, "counted_steps"
     return None, "run"
+
+
+def library_share(profile: StackProfile, frame_file: str, frame_line: int,
+                  steps: Iterable[int] | None = None, phase: str | None = None) -> float:
+    """Of the samples charged to the user line ``file:line``, the share spent inside library code.
+
+    A sample is inside a library when its innermost frame (any frame) is not the user's: the line
+    called into torch or another package and the time went there, not to the line's own Python.
+    """
+    wanted = set(steps) if steps is not None else None
+    at_line = inside = 0
+    for _t, step, ph, sid in profile.samples:
+        if (wanted is not None and step not in wanted) or (phase is not None and ph != phase):
+            continue
+        user = profile.innermost(sid, True)
+        if user is None or user.file != frame_file or user.line != frame_line:
+            continue
+        at_line += 1
+        innermost = profile.innermost(sid, False)
+        inside += innermost is not None and not innermost.user
+    return inside / at_line if at_line else 0.0
+
+
+# How far above a hot line to look for the block that encloses it, and how far into a loop's body
+# to look for the training step's own calls.
+LOOP_LOOKBACK_LINES = 12
+LOOP_BODY_LINES = 80
+# Calls that make a loop the training loop itself (every line of a step sits inside it).
+TRAINING_LOOP_MARKS = ("backward(", ".step(")
+
+
+def _indent(text: str) -> int:
+    return len(text) - len(text.lstrip())
+
+
+def source_context(file: str, line: int) -> tuple[str, bool]:
+    """The source text of ``file:line`` (stripped; "" when unreadable) and whether its enclosing
+    block is a ``for``/``while`` loop other than the training loop (one whose body calls
+    ``backward()`` or ``.step()``): a per-element loop inside the step."""
+    import linecache
+
+    text = linecache.getline(file, line)
+    if not text.strip():
+        return "", False
+    stripped = text.strip()
+    header_line = line if stripped.startswith(("for ", "while ")) else None
+    if header_line is None:
+        indent = _indent(text)
+        for above in range(line - 1, max(0, line - LOOP_LOOKBACK_LINES) - 1, -1):
+            prev = linecache.getline(file, above)
+            if prev.strip() and _indent(prev) < indent:
+                if prev.strip().startswith(("for ", "while ")):
+                    header_line = above
+                break
+    if header_line is None:
+        return stripped, False
+    header_indent = _indent(linecache.getline(file, header_line))
+    for below in range(header_line + 1, header_line + LOOP_BODY_LINES):
+        body = linecache.getline(file, below)
+        if not body:
+            break
+        if body.strip() and _indent(body) <= header_indent:
+            break
+        if any(mark in body for mark in TRAINING_LOOP_MARKS):
+            return stripped, False
+    return stripped, True

@@ -13,6 +13,8 @@ from typing import Any
 import torch
 
 from stave import device as dev
+from stave.capture import batch_walk
+from stave.capture.batch_walk import iter_tensors
 from stave.measure.config import ConfigSnapshot, LoaderInfo, OptimizerInfo, TensorInfo
 
 log = logging.getLogger(__name__)
@@ -43,38 +45,13 @@ def tensor_info(path: str, t: torch.Tensor) -> TensorInfo:
 
 
 def batch_tensors(batch: Any, path: str = "batch") -> list[TensorInfo]:
-    """Every tensor in a (nested) batch, with its path, up to :data:`MAX_BATCH_TENSORS`."""
-    out: list[TensorInfo] = []
-
-    def walk(obj: Any, where: str) -> None:
-        if len(out) >= MAX_BATCH_TENSORS:
-            return
-        if isinstance(obj, torch.Tensor):
-            out.append(tensor_info(where, obj))
-        elif isinstance(obj, (list, tuple)):
-            for i, item in enumerate(obj):
-                walk(item, f"{where}[{i}]")
-        elif isinstance(obj, dict):
-            for key, item in obj.items():
-                walk(item, f"{where}[{key!r}]")
-
-    walk(batch, path)
-    return out
+    """Every tensor in a (nested) batch of any structure, with its path, up to :data:`MAX_BATCH_TENSORS`."""
+    return [tensor_info(where, t) for where, t in list(iter_tensors(batch, path))[:MAX_BATCH_TENSORS]]
 
 
 def batch_samples(batch: Any, fallback: int | None) -> int:
-    """Samples in a batch: the first dimension of its first tensor, else the loader's batch size."""
-    obj = batch
-    for _ in range(8):
-        if isinstance(obj, torch.Tensor):
-            return int(obj.shape[0]) if obj.dim() > 0 else 1
-        if isinstance(obj, (list, tuple)) and obj:
-            obj = obj[0]
-        elif isinstance(obj, dict) and obj:
-            obj = next(iter(obj.values()))
-        else:
-            break
-    return fallback or 1
+    """Samples in a batch (its token rows, else its first tensor's first dimension, else ``fallback``)."""
+    return batch_walk.batch_samples(batch, fallback)
 
 
 # Handle types that must not be shared between a process and its forked children: the child
@@ -216,6 +193,8 @@ def describe_model(module: torch.nn.Module, snap: ConfigSnapshot) -> None:
         total += p.numel()
     snap.model_params = total
     snap.param_dtypes = dtypes
+    attn = getattr(getattr(module, "config", None), "_attn_implementation", None)
+    snap.attn_implementation = attn if isinstance(attn, str) else None
     convs = [m for m in module.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))]
     snap.conv_model = bool(convs)
     if convs:

@@ -3,11 +3,20 @@
 PyTorch's global hooks are used where they exist (optimizer pre/post step hooks, module forward
 pre/post hooks); ``torch.autograd.backward``/``grad`` and ``zero_grad`` are wrapped. Every wrapper
 calls the original unchanged, so the user's results are identical.
+
+An outermost forward of a module that has trained before (seen in a forward with gradients on and
+in ``train()`` mode) counts as evaluation (phase ``eval``) when it runs without gradients
+(``no_grad``, ``inference_mode``) or in ``eval()`` mode. A frozen teacher or a loss module never
+trains, so its forwards stay part of the training step. Each trained module also gets a forward
+pre-hook with keyword arguments (the global hook sees positional ones only), which counts the rows
+and tokens of its training inputs.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
+import logging
 import threading
 from typing import Any, Callable
 
@@ -15,7 +24,10 @@ import torch
 from torch.nn.modules import module as nn_module
 from torch.optim import optimizer as optim_module
 
+from stave.capture.batch_walk import count_tokens, find_tokens, iter_tensors
 from stave.capture.steps import StepTracker
+
+log = logging.getLogger(__name__)
 
 
 class LoopHooks:
@@ -40,6 +52,9 @@ class LoopHooks:
         self._forward_owned = False
         self._optimizer_owned = False
         self.optimizer_steps = 0
+        self._trained: set[int] = set()
+        self._input_hooks: dict[int, Any] = {}
+        self._arg_names: dict[type, list[str]] = {}
 
     # --- optimizer ---
 
@@ -65,9 +80,15 @@ class LoopHooks:
             return
         self._depth += 1
         if self._depth == 1:
-            self._forward_owned = self.tracker.enter("forward")
+            training = module.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+            if training:
+                self._trained.add(id(module))
+            phase = "forward" if training or id(module) not in self._trained else "eval"
+            self._forward_owned = self.tracker.enter(phase)
             if self._forward_owned:
                 self.on_model(module)
+                if training and id(module) not in self._input_hooks:
+                    self._add_input_hook(module)
 
     def _fwd_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if threading.get_ident() != self.tracker.main_thread_id:
@@ -76,6 +97,45 @@ class LoopHooks:
         if self._depth == 0 and self._forward_owned:
             self._forward_owned = False
             self.tracker.exit(True)
+
+    def _add_input_hook(self, module: torch.nn.Module) -> None:
+        """Count this module's training inputs from its next call on (once per module)."""
+        try:
+            self._input_hooks[id(module)] = module.register_forward_pre_hook(self._count_inputs, with_kwargs=True)
+        except (RuntimeError, AttributeError, TypeError) as exc:
+            # A scripted module takes no Python hooks: its samples come from the loader alone.
+            log.debug("no input hook on %s: %s", type(module).__name__, exc)
+            self._input_hooks[id(module)] = None
+
+    def _names(self, module: torch.nn.Module) -> list[str]:
+        """Parameter names of ``module.forward``, so positional inputs get their names (``idx``)."""
+        cls = type(module)
+        if cls not in self._arg_names:
+            try:
+                params = inspect.signature(module.forward).parameters
+                self._arg_names[cls] = [n for n, p in params.items() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            except (TypeError, ValueError):
+                self._arg_names[cls] = []
+        return self._arg_names[cls]
+
+    def _count_inputs(self, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
+        """Rows and tokens of a training forward's inputs (outermost call only)."""
+        if threading.get_ident() != self.tracker.main_thread_id or self._depth != 1 or self.tracker.active != "forward":
+            return
+        names = self._names(module)
+        named = []
+        for i, arg in enumerate(args):
+            label = names[i] if i < len(names) else f"args[{i}]"
+            named.extend(iter_tensors(arg, label))
+        for key, value in (kwargs or {}).items():
+            named.extend(iter_tensors(value, key))
+        ids, mask = find_tokens(named)
+        if ids is not None:
+            pad_id = getattr(getattr(module, "config", None), "pad_token_id", None)
+            count = count_tokens(ids, mask, pad_id if isinstance(pad_id, int) else None)
+            self.tracker.add_model_input(count.rows, count)
+        elif named and named[0][1].dim() > 0:
+            self.tracker.add_model_input(int(named[0][1].shape[0]), None)
 
     # --- install ---
 
@@ -110,8 +170,10 @@ class LoopHooks:
 
     def uninstall(self) -> None:
         """Remove everything :meth:`install` added (in reverse order)."""
-        for handle in self._handles:
-            handle.remove()
+        for handle in [*self._handles, *self._input_hooks.values()]:
+            if handle is not None:
+                handle.remove()
         self._handles = []
+        self._input_hooks = {}
         while self._restore:
             self._restore.pop()()

@@ -4,6 +4,12 @@ A ``TorchDispatchMode`` that runs every op unchanged (no decomposition, so the n
 user's step computes are bit-identical) and adds the op's FLOPs from PyTorch's own formula
 registry (``torch.utils.flop_counter``). It slows the step it watches, which is why that step is
 left out of the statistics.
+
+Attention is counted apart: the ``scaled_dot_product_attention`` kernel the dispatcher chose
+(flash / memory-efficient / cuDNN; the math path shows as batched matmuls) and the FLOPs of
+attention-shaped work (those kernels and batched matmuls, which is what eager attention runs), the
+part of the model whose cost grows with the square of the sequence length. PyTorch has no FLOP
+formula for the CPU flash kernel; :func:`cpu_flash_flops` supplies it.
 """
 
 from __future__ import annotations
@@ -31,6 +37,21 @@ _IGNORED = {
 }
 
 
+# Batched matmuls: eager attention's QK^T and AV (linear layers run as mm/addmm).
+_BATCHED_MATMUL = {torch.ops.aten.bmm, torch.ops.aten.baddbmm}
+SDPA_MARK = "scaled_dot_product"
+
+
+def cpu_flash_flops(args: Any, backward: bool) -> int:
+    """FLOPs of the CPU flash-attention kernel: two matmuls forward (QK^T, AV), four backward."""
+    q, k, v = args[0], args[1], args[2]
+    if backward:  # (grad_out, q, k, v, ...)
+        q, k, v = args[1], args[2], args[3]
+    batch_heads = q.numel() // (q.shape[-2] * q.shape[-1])
+    forward = 2 * batch_heads * q.shape[-2] * k.shape[-2] * (q.shape[-1] + v.shape[-1])
+    return int(2 * forward if backward else forward)
+
+
 class OpCounter(TorchDispatchMode):
     """Counts ops and FLOPs, keyed by the phase ``phase_fn()`` reports at each op."""
 
@@ -39,6 +60,8 @@ class OpCounter(TorchDispatchMode):
         self.phase_fn = phase_fn
         self.ops: Counter[str] = Counter()
         self.flops: Counter[str] = Counter()
+        self.attention_flops: Counter[str] = Counter()
+        self.sdpa_kernels: Counter[str] = Counter()
         self.formula_errors = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -48,11 +71,23 @@ class OpCounter(TorchDispatchMode):
             return out
         phase = self.phase_fn()
         self.ops[phase] += 1
-        formula = flop_registry.get(func._overloadpacket)
-        if formula is not None:
-            try:
-                self.flops[phase] += int(formula(*args, **kwargs, out_val=out))
-            except (TypeError, ValueError, RuntimeError, IndexError):
-                # An op called with a signature the formula does not cover: count the op, not its FLOPs.
-                self.formula_errors += 1
+        packet = func._overloadpacket
+        name = packet.__name__
+        formula = flop_registry.get(packet)
+        flops = 0
+        try:
+            if formula is not None:
+                flops = int(formula(*args, **kwargs, out_val=out))
+            elif name.startswith("_scaled_dot_product_flash_attention_for_cpu"):
+                flops = cpu_flash_flops(args, backward=name.endswith("backward"))
+        except (TypeError, ValueError, RuntimeError, IndexError, AttributeError):
+            # An op called with a signature the formula does not cover: count the op, not its FLOPs.
+            self.formula_errors += 1
+        self.flops[phase] += flops
+        if SDPA_MARK in name:
+            if not name.endswith("backward"):
+                self.sdpa_kernels[name.lstrip("_")] += 1
+            self.attention_flops[phase] += flops
+        elif packet in _BATCHED_MATMUL:
+            self.attention_flops[phase] += flops
         return out

@@ -13,6 +13,7 @@ import os
 import platform
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -25,7 +26,8 @@ import torch
 
 from stave import __version__
 from stave import device as dev
-from stave.capture import config_probe
+from stave.capture import config_probe, frameworks
+from stave.capture.hooks_attention import AttentionHooks
 from stave.capture.hooks_copies import CopyHooks
 from stave.capture.hooks_loader import LoaderHooks
 from stave.capture.hooks_loop import LoopHooks
@@ -105,6 +107,7 @@ class DoctorSession:
         self.loop = LoopHooks(self.tracker, self._saw_optimizer, self._saw_model)
         self.loader = LoaderHooks(self.tracker, self._stats_dir, self._saw_batch)
         self.copies = CopyHooks(self.tracker)
+        self.attention = AttentionHooks(self.tracker.main_thread_id)
         self.monitor: Any = None
         self._optimizers: dict[int, Any] = {}
         self._model_params: dict[int, int] = {}
@@ -126,6 +129,11 @@ class DoctorSession:
         key = id(opt)
         if key not in self._optimizers:
             self._optimizers[key] = config_probe.optimizer_info(opt)
+            if self.config.framework is None:
+                # The stack at the hook: the framework's loop frames sit above the user's step.
+                name, version, options = frameworks.detect(sys._getframe(), self.run.script)
+                self.config.framework, self.config.framework_version = name, version
+                self.config.framework_options = options
         self._optimizers[key].steps += 1
 
     def _saw_model(self, module: torch.nn.Module) -> None:
@@ -177,6 +185,8 @@ class DoctorSession:
         self.config.aten_ops_by_phase = dict(counter.ops)
         self.config.flops_by_phase = dict(counter.flops)
         self.config.flops_per_step = sum(v for k, v in counter.flops.items() if k != "data_wait")
+        self.config.attention_flops_by_phase = dict(counter.attention_flops)
+        self.config.sdpa_kernels = dict(counter.sdpa_kernels)
 
     def _profile_step(self, index: int) -> None:
         n = self.options.profile_steps
@@ -217,6 +227,7 @@ class DoctorSession:
         self.loop.install()
         self.loader.install()
         self.copies.install()
+        self.attention.install()
         for attachment in self.attachments:
             attachment.install(self)
         self.monitor = Monitor(
@@ -243,6 +254,9 @@ class DoctorSession:
             self._counter = None
         self._stop_profile()
         self.copies.uninstall()
+        self.attention.uninstall()
+        self.config.sdpa_calls = self.attention.calls
+        self.config.sdpa_inputs = dict(self.attention.first_inputs)
         self.loop.uninstall()
         for attachment in self.attachments:
             attachment.uninstall()
@@ -273,8 +287,20 @@ class DoctorSession:
     def _run_probes(self) -> Any:
         from stave.monitor.probes import run_probes
 
+        from stave.monitor.optimizer_probe import MAX_PROBE_VALUES, fused_optimizer_ratio
+
         threads = self.config.torch_threads or torch.get_num_threads()
-        return run_probes(threads, dev.resolve_device(None))
+        device = dev.resolve_device(None)
+        probes = run_probes(threads, device)
+        # The optimizer with most parameters: the one whose step the finding would change.
+        optimizers = sorted(self.config.optimizers, key=lambda o: -o.params)
+        if optimizers:
+            opt = optimizers[0]
+            probes.optimizer_fused_ratio = fused_optimizer_ratio(opt, device)
+            if probes.optimizer_fused_ratio is not None:
+                tensors = max(1, opt.param_tensors)
+                probes.optimizer_probe = [tensors, max(1, min(opt.params, MAX_PROBE_VALUES) // tensors)]
+        return probes
 
     # --- the record ----------------------------------------------------------------------------------
 

@@ -11,6 +11,11 @@ is closed then, retroactively, at the end of the cycle's last ``step()``.
 
 On a GPU every boundary also records a CUDA event (``device.StepClock``); steps are resolved from
 the events once the GPU has passed them, so no synchronization is added to the user's loop.
+
+Evaluation between optimizer steps is the ``eval`` phase (forwards the loop hooks classify as
+evaluation). When a step is resolved, each run of evaluation forwards, together with the batch
+fetches and copies that feed them, becomes the step's ``eval_ns``, from the first such fetch to
+the last evaluation forward: the training phases and samples leave it out.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
+from stave.capture.batch_walk import TokenCount, TokenTotals
 from stave.device import Mark, StepClock
 from stave.measure.steps import PhaseSpan, StepRecord
 
@@ -30,6 +36,8 @@ log = logging.getLogger(__name__)
 MAX_TIMELINE_SPANS = 200_000
 # Phases that may run inside ``optimizer.step(closure)`` and are counted as themselves.
 CLOSURE_PHASES = ("forward", "backward")
+# Phases that feed an evaluation forward when they come right before it (its batch fetch and copy).
+EVAL_FEED_PHASES = ("data_wait", "h2d")
 
 
 @dataclass
@@ -39,6 +47,8 @@ class _Span:
     end: Mark
     samples: int = 0
     nbytes: int = 0
+    model_samples: int = 0
+    tokens: list[TokenCount] = field(default_factory=list)
 
 
 @dataclass
@@ -69,6 +79,8 @@ class StepTracker:
         self._active_start: Mark | None = None
         self._active_samples = 0
         self._active_bytes = 0
+        self._active_model_samples = 0
+        self._active_tokens: list[TokenCount] = []
         self._suspended: str | None = None
         self._spans: list[_Span] = []
         self._step_start: Mark = clock.mark()
@@ -104,6 +116,8 @@ class StepTracker:
         self._active_start = self.clock.mark()
         self._active_samples = 0
         self._active_bytes = 0
+        self._active_model_samples = 0
+        self._active_tokens = []
         return True
 
     def add_to_active(self, samples: int = 0, nbytes: int = 0) -> None:
@@ -113,12 +127,21 @@ class StepTracker:
         self._active_samples += samples
         self._active_bytes += nbytes
 
+    def add_model_input(self, samples: int, tokens: TokenCount | None) -> None:
+        """Attach what the model's training forward consumed (rows, tokens) to the open phase."""
+        if self.active is None or threading.get_ident() != self.main_thread_id:
+            return
+        self._active_model_samples += samples
+        if tokens is not None:
+            self._active_tokens.append(tokens)
+
     def exit(self, owned: bool) -> None:
         """End the phase opened by the matching :meth:`enter` that returned ``owned``."""
         if not owned or self._active_start is None:
             return
         end = self.clock.mark()
-        span = _Span(self.active or "other", self._active_start, end, self._active_samples, self._active_bytes)
+        span = _Span(self.active or "other", self._active_start, end, self._active_samples, self._active_bytes,
+                     self._active_model_samples, self._active_tokens)
         self._spans.append(span)
         self.active = None
         self._active_start = None
@@ -128,6 +151,8 @@ class StepTracker:
             self._active_start = end
             self._active_samples = 0
             self._active_bytes = 0
+            self._active_model_samples = 0
+            self._active_tokens = []
 
     # --- optimizer boundaries -------------------------------------------------------------------
 
@@ -195,10 +220,24 @@ class StepTracker:
             flop_counted=p.flop_counted,
             device_timed=p.end.event is not None,
         )
-        for span in p.spans:
+        eval_runs = eval_runs_of([span.phase for span in p.spans])
+        in_eval = {i for first, last in eval_runs for i in range(first, last + 1)}
+        for first, last in eval_runs:
+            rec.eval_ns += max(0, self.clock.elapsed_ns(p.spans[first].start, p.spans[last].end))
+        model_samples = 0
+        token_rows = 0
+        totals = TokenTotals()
+        for i, span in enumerate(p.spans):
+            if i in in_eval:
+                rec.eval_forwards += span.phase == "eval"
+                continue
             ns = max(0, self.clock.elapsed_ns(span.start, span.end))
             rec.samples += span.samples
             rec.h2d_bytes += span.nbytes
+            model_samples += span.model_samples
+            for count in span.tokens:
+                totals.add(count)
+                token_rows += count.rows
             if span.phase == "data_wait":
                 rec.data_wait_ns += ns
                 rec.data_fetches += 1
@@ -212,4 +251,42 @@ class StepTracker:
                 rec.backward_calls += 1
             elif span.phase == "optimizer":
                 rec.optimizer_ns += ns
+        if token_rows:
+            # Token-id rows the training forwards consumed: exact per optimizer step, whatever the
+            # loader prefetches ahead (accelerate's and Lightning's fetchers run one batch early).
+            rec.samples = token_rows
+        elif rec.samples == 0:
+            # No DataLoader batch (a loop that slices its own tensors): the rows the model consumed.
+            rec.samples = model_samples
+        for name in ("tokens", "real_tokens", "longest_tokens", "token_sq", "real_token_sq", "longest_token_sq"):
+            setattr(rec, name, getattr(totals, name))
         return rec
+
+
+def eval_runs_of(phases: list[Any]) -> list[tuple[int, int]]:
+    """Index ranges ``(first, last)`` of the evaluation runs in a step's span phases.
+
+    A run starts at the batch fetches/copies right before its first ``eval`` span (the loop fetched
+    them for evaluation) and ends at its last ``eval`` span; fetches after that belong to training.
+    Any training phase (forward, backward, optimizer) ends a run.
+    """
+    runs: list[tuple[int, int]] = []
+    feed_start: int | None = None
+    run_start: int | None = None
+    last_eval: int | None = None
+    for i, phase in enumerate(phases):
+        if phase == "eval":
+            if run_start is None:
+                run_start = feed_start if feed_start is not None else i
+            last_eval = i
+            feed_start = None
+        elif phase in EVAL_FEED_PHASES:
+            if feed_start is None:
+                feed_start = i
+        else:
+            if run_start is not None and last_eval is not None:
+                runs.append((run_start, last_eval))
+            run_start = last_eval = feed_start = None
+    if run_start is not None and last_eval is not None:
+        runs.append((run_start, last_eval))
+    return runs

@@ -10,6 +10,7 @@ from typing import Sequence
 
 from stave.analyze.breakdown import summarize_steps
 from stave.diagnose.engine import run_rules
+from stave.diagnose.framework_fixes import apply_framework_fixes
 from stave.diagnose.finding import rank_findings
 from stave.diagnose.inputs import DoctorInput
 from stave.dist.timing import rank_timings
@@ -30,6 +31,7 @@ def diagnose_records(records: Sequence[RunRecord], statuses: Sequence[str | None
     summary = summarize_steps(primary.steps)
     notes: list[str] = list(primary.notes)
     findings = run_rules("doctor", DoctorInput(primary, summary), notes)
+    findings = apply_framework_fixes(findings, primary.config)
     statuses = list(statuses) if statuses is not None else [None] * len(ordered)
     ranks = [rank_summary(r, s) for r, s in zip(ordered, statuses)]
     if len(ordered) > 1:

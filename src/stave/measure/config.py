@@ -50,6 +50,10 @@ class LoaderInfo:
     epoch_samples: int | None = None
 
 
+# torch.optim optimizers with a fused implementation (fused=True, CPU and CUDA since torch 2.4).
+FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad")
+
+
 @dataclass
 class OptimizerInfo:
     """One optimizer that stepped."""
@@ -97,3 +101,18 @@ class ConfigSnapshot:
     aten_ops_per_step: int | None = None
     aten_ops_by_phase: dict[str, int] = field(default_factory=dict)
     flops_by_phase: dict[str, int] = field(default_factory=dict)
+    # Attention-shaped FLOPs (SDPA kernels and batched matmuls) by phase on the counted step, and
+    # the SDPA kernels the dispatcher chose (name -> calls in forward): which backend ran.
+    attention_flops_by_phase: dict[str, int] = field(default_factory=dict)
+    sdpa_kernels: dict[str, int] = field(default_factory=dict)
+    # Calls of F.scaled_dot_product_attention over the run, and the first call's kernel-deciding
+    # inputs (dtype, device, head_dim, attn_mask, is_causal, dropout).
+    sdpa_calls: int = 0
+    sdpa_inputs: dict[str, str] = field(default_factory=dict)
+    # The Hugging Face model's attention implementation ("eager", "sdpa", "flash_attention_2", ...).
+    attn_implementation: str | None = None
+    # The framework whose loop called optimizer.step(): "lightning", "hf_trainer", "accelerate",
+    # "timm", or None (a plain PyTorch loop); its package version and switch names (frameworks.py).
+    framework: str | None = None
+    framework_version: str | None = None
+    framework_options: dict[str, str] = field(default_factory=dict)

@@ -68,6 +68,10 @@ class ProbeResults:
     # FLOP/s of the bf16 probe's fp32 matmul: turns the step's counted matmul/conv FLOPs into the
     # time autocast can shorten (the rest of forward/backward stays fp32).
     fp32_matmul_flops_per_s: float | None = None
+    # An unfused optimizer's step time over fused=True's, measured here on as many tensors as the
+    # run's optimizer had (monitor/optimizer_probe.py); [tensors, values per tensor] of that probe.
+    optimizer_fused_ratio: float | None = None
+    optimizer_probe: list[int] = field(default_factory=list)
 
 
 @dataclass

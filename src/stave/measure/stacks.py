@@ -70,6 +70,10 @@ class StackProfile:
             counts[";".join(names) if names else "<idle>"] += 1
         return counts
 
+    def innermost(self, stack_id: int, user_only: bool = True) -> FrameKey | None:
+        """The innermost frame of a stack (of the user's own code when ``user_only``), or None."""
+        return self._innermost(stack_id, user_only)
+
     def _innermost(self, stack_id: int, user_only: bool) -> FrameKey | None:
         frame_ids = self.stacks[stack_id]
         for fid in reversed(frame_ids):

@@ -33,6 +33,17 @@ class StepRecord:
     The phase times add up to at most the duration; ``other_ns`` is the rest. On a GPU the phase
     times come from CUDA events (``device_timed``), so they describe the GPU timeline; on CPU they
     are the host clock.
+
+    Evaluation run between two optimizer steps (forwards under ``no_grad``/``inference_mode`` or of
+    a model in ``eval()`` mode, with the batch fetches that feed them) is ``eval_ns``: it is part of
+    the wall time (``wall_ns``) but not of the training step (``duration_ns``), its phases or its
+    samples. Token counts come from the model's training forward inputs (``input_ids`` and
+    ``attention_mask``, or the integer tensor an embedding model is fed): ``tokens`` as fed
+    (padding included), ``real_tokens`` without padding, ``longest_tokens`` had each micro-batch
+    been padded only to its longest row, ``token_sq`` / ``real_token_sq`` / ``longest_token_sq``
+    the sums of squared row lengths (attention's cost grows with them). 0: not seen.
+    ``samples`` are the token rows the training forwards consumed when token ids were seen, else
+    the rows of the DataLoader batches fetched in the step, else the rows of the model's inputs.
     """
 
     index: int
@@ -44,7 +55,15 @@ class StepRecord:
     backward_ns: int = 0
     optimizer_ns: int = 0
     comm_wait_ns: int = 0
+    eval_ns: int = 0
+    eval_forwards: int = 0
     samples: int = 0
+    tokens: int = 0
+    real_tokens: int = 0
+    longest_tokens: int = 0
+    token_sq: int = 0
+    real_token_sq: int = 0
+    longest_token_sq: int = 0
     h2d_bytes: int = 0
     data_fetches: int = 0
     forward_calls: int = 0
@@ -55,9 +74,14 @@ class StepRecord:
     device_timed: bool = False
 
     @property
-    def duration_ns(self) -> int:
-        """Wall time of the step."""
+    def wall_ns(self) -> int:
+        """Wall time from the previous step's end to this one's, evaluation included."""
         return self.end_ns - self.start_ns
+
+    @property
+    def duration_ns(self) -> int:
+        """Training time of the step: its wall time less the evaluation run inside it."""
+        return self.end_ns - self.start_ns - self.eval_ns
 
     @property
     def other_ns(self) -> int:

@@ -114,6 +114,31 @@ def summary_section(summary: StepSummary, record: RunRecord | None,
         "peak_rss_bytes": max(rss) if rss else None,
         "peak_cuda_bytes": max(cuda) if cuda else None,
         "utilization": utilization if utilization is not None or record is None else utilization_summary(record),
+        **tokens_and_eval_section(summary, record),
+    }
+
+
+def tokens_and_eval_section(summary: StepSummary, record: RunRecord | None) -> dict[str, Any]:
+    """Token throughput (padding included and left out), evaluation's share of the wall time, MFU.
+
+    Tokens are ``None`` when the model was fed no token ids; MFU when FLOPs or a peak are unknown.
+    """
+    from stave.analyze.mfu import model_flops_utilization
+
+    counted = summary.steps > 0
+    tokens = counted and summary.tokens_per_step > 0
+    util = model_flops_utilization(record, summary) if record is not None and counted else None
+    return {
+        "tokens_per_step": summary.tokens_per_step if tokens else None,
+        "real_tokens_per_step": summary.real_tokens_per_step if tokens else None,
+        "tokens_per_s": summary.tokens_per_s if tokens else None,
+        "real_tokens_per_s": summary.real_tokens_per_s if tokens else None,
+        "eval_share": summary.eval_share if counted else None,
+        "eval_s": summary.eval_mean_s if counted else None,
+        "mfu": None if util is None else {
+            "value": util.mfu, "flops_per_step": util.flops_per_step,
+            "peak_flops_per_s": util.peak_flops_per_s, "peak_source": util.peak_source,
+        },
     }
 
 
@@ -137,6 +162,9 @@ def steps_section(record: RunRecord, origin_ns: int | None = None) -> list[dict[
                 "data_fetches": s.data_fetches,
                 "forward_calls": s.forward_calls,
                 "backward_calls": s.backward_calls,
+                "eval_s": s.eval_ns / 1e9,
+                "tokens": s.tokens,
+                "real_tokens": s.real_tokens,
                 "counted": s.counted,
                 "warmup": s.warmup,
                 "profiled": s.profiled,

@@ -192,3 +192,39 @@ def no_workers_reason(report: dict[str, Any]) -> str | None:
     if all(not ld.get("num_workers") for ld in loaders):
         return "num_workers=0" if len(loaders) == 1 else "num_workers=0 in every DataLoader"
     return None
+
+
+def workload_lines(summary: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    """Language-model and framework facts, one line each, only those the run showed.
+
+    From ``summary``: tokens/s with and without padding, evaluation's share of the wall time, MFU.
+    From ``config``: the framework that drove the loop and the attention implementation/kernel.
+    """
+    lines = []
+    if summary.get("tokens_per_s") is not None:
+        real = summary.get("real_tokens_per_s")
+        pad = 1.0 - summary["real_tokens_per_step"] / summary["tokens_per_step"] if summary["tokens_per_step"] else 0.0
+        lines.append(
+            f"{summary['tokens_per_s']:,.0f} tokens/s ({summary['tokens_per_step']:,.0f} per step) · "
+            f"{real:,.0f} real tokens/s ({pad:.0%} padding)"
+        )
+    if summary.get("eval_share"):
+        lines.append(f"evaluation: {summary['eval_share']:.0%} of the wall time ({fmt_seconds(summary['eval_s'])} per step), "
+                     "left out of the step time")
+    mfu = summary.get("mfu")
+    if mfu:
+        lines.append(f"MFU {mfu['value']:.1%} ({sig(mfu['flops_per_step'] / 1e9)} GFLOP per step; peak: {mfu['peak_source']})")
+    if config.get("framework"):
+        version = f" {config['framework_version']}" if config.get("framework_version") else ""
+        lines.append(f"framework: {config['framework']}{version} (fixes use its switches)")
+    attention = []
+    if config.get("attn_implementation"):
+        attention.append(f'attn_implementation="{config["attn_implementation"]}"')
+    kernels = config.get("sdpa_kernels") or {}
+    if kernels:
+        attention.append("SDPA kernel " + ", ".join(sorted(k.replace("scaled_dot_product_", "") for k in kernels)))
+    elif config.get("sdpa_calls"):
+        attention.append("SDPA ran the math path")
+    if attention:
+        lines.append("attention: " + "; ".join(attention))
+    return lines

@@ -95,8 +95,13 @@ def step_time_html(report: dict[str, Any]) -> str:
              fmt_ms(summary["phase_s"][p]["median"])) for p in phases]
     table = hp.table(("phase", "share", "mean per step", "median per step"), rows, numeric=(1, 2, 3))
     note = "" if "h2d" in phases else '<p class="muted">no host→device copies in this run</p>'
-    return hp.section("Step time", stats, hp.stacked_bar(parts), table, note,
+    return hp.section("Step time", stats, workload_html(report), hp.stacked_bar(parts), table, note,
                       breakdown_chart(report["steps"], phases))
+
+
+def workload_html(report: dict[str, Any]) -> str:
+    """Tokens/s, evaluation's share, MFU, framework and attention: one paragraph per line shown."""
+    return "".join(f"<p>{hp.esc(line)}</p>" for line in dt.workload_lines(report["summary"], report["config"]))
 
 
 def breakdown_chart(steps: Sequence[dict[str, Any]], phases: Sequence[str] = PHASES) -> str:

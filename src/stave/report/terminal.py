@@ -51,7 +51,7 @@ def doctor_renderable(report: dict[str, Any], result: DoctorResult) -> Renderabl
     # The verdict first, in one line; the details follow.
     parts: list[RenderableType] = [_section("stave doctor", first=True),
                                    Text(headline_text(report, findings), style="bold"), header(report)]
-    parts += [_section("Step time"), step_time(summary)]
+    parts += [_section("Step time"), step_time(summary), *workload({}, report["config"])]
     parts += [_section("Utilization"), ts.utilization_table(report)]
     parts += [_section("Data pipeline"), ts.pipeline_group(report)]
     device = ts.device_tables(report["device"], summary["steps"])
@@ -108,4 +108,9 @@ def step_time(summary: dict[str, Any]) -> RenderableType:
         )
     copies = "" if "h2d" in phases else "; no host→device copies in this run"
     note = Text(f"shares of the total step time; times are means per step{copies}", style="dim")
-    return Group(head, Padding(table, (1, 0, 0, 2)), note)
+    return Group(head, *workload(summary), Padding(table, (1, 0, 0, 2)), note)
+
+
+def workload(summary: dict[str, Any], config: dict[str, Any] | None = None) -> list[RenderableType]:
+    """Lines under the step time: tokens/s, evaluation's share, MFU, framework and attention."""
+    return [Text(line) for line in dt.workload_lines(summary, config or {})]

@@ -85,7 +85,7 @@ def timeline_events(record: RunRecord, pid: int | None = None) -> Iterable[dict[
 
     slices: list[dict[str, Any]] = []
     for step in record.steps:
-        slices.append(_slice(f"step {step.index}", "step", pid, _STEP_TID, step.start_ns - origin, step.duration_ns, {
+        slices.append(_slice(f"step {step.index}", "step", pid, _STEP_TID, step.start_ns - origin, step.wall_ns, {
             "step": step.index,
             "samples": step.samples,
             "counted": step.counted,

@@ -5,11 +5,16 @@ a Python loop, metrics, logging. When it is a large share of the typical step, t
 name the lines. Each tensor op issued from such a loop pays a fixed dispatch cost, and each
 differentiable one adds an autograd node that backward replays one by one (a per-sample slice's
 node even builds a full-size gradient); whole-tensor ops pay that once.
+
+Only Python that is really in the loop is named: a line whose time is spent inside a library call
+doing real C++ work (``clip_grad_norm_`` over large gradients: ops costing many dispatches each)
+is left out. The fix is chosen from the source at the named line (a per-element loop, a read-back
+such as ``.item()``, logging, or other per-step Python).
 """
 
 from __future__ import annotations
 
-from stave.analyze.hotlines import hot_lines
+from stave.analyze.hotlines import HotLine, hot_lines, library_share, source_context
 from stave.analyze.outliers import find_outliers
 from stave.analyze.whatif import phase_s, speedup
 from stave.diagnose.engine import rule
@@ -24,6 +29,44 @@ MIN_SHARE = 0.15
 # Fewer samples than this in ``other`` (0.2 s at 50 Hz) cannot say which line holds the time:
 # a line's share would be off by more than 15% either way.
 MIN_STACK_SAMPLES = 10
+# A line whose samples are mostly inside library code is a library call, not Python in the loop,
+# when the ops in ``other`` each cost this many bare dispatches or more: they do real work in C++
+# (a gradient norm over large tensors), which rewriting the line's Python would not shorten.
+LIBRARY_MIN_SHARE = 0.5
+LIBRARY_OP_DISPATCHES = 5.0
+
+
+def ops_do_work(other_s: float, other_ops: int | None, op_overhead_ns: float | None) -> bool:
+    """True when the ops issued in ``other`` each cost many dispatches: their time is C++ work."""
+    if not other_ops or not op_overhead_ns:
+        return False
+    return other_s * 1e9 / other_ops >= LIBRARY_OP_DISPATCHES * op_overhead_ns
+
+
+def line_fix(label: str, source: str, in_loop: bool) -> str:
+    """A fix that fits the code at the hot line: its text and whether a per-element loop encloses it."""
+    head = f"# {label}: {source}" if source else f"# {label}"
+    if in_loop or not source:
+        return f"""{head}
+# replace the per-element Python loop with whole-tensor ops, e.g.
+#   for i in range(len(y)): loss = loss + F.cross_entropy(out[i:i+1], y[i:i+1])
+# becomes
+loss = F.cross_entropy(out, y, reduction="sum")
+# (or wrap the function in torch.compile when it cannot be written with batched ops)"""
+    if any(call in source for call in (".item()", ".cpu()", ".tolist()", ".numpy()")):
+        return f"""{head}
+# reads a tensor back every step: keep the running value on the device, read it every N steps
+running = running + loss.detach()
+if step % 100 == 0:
+    print(running.item() / 100); running.zero_()"""
+    if "print(" in source or "log" in source:
+        return f"""{head}
+# logs every step: log every N steps
+if step % 100 == 0:
+    {source}"""
+    return f"""{head}
+# this line's Python runs every step: move it out of the step, do it every N steps, or fuse it
+step_fn = torch.compile(step_fn)  # the function the line calls, when it is tensor code"""
 
 
 def _backward_replay_s(inp: DoctorInput, hot_share: float) -> float | None:
@@ -97,6 +140,9 @@ def python_overhead(inp: DoctorInput) -> Finding | None:
     if samples < MIN_STACK_SAMPLES:
         return _unattributed(inp, other, samples)
     lines = [h for h in hot_lines(record.stacks, steps, "other", limit=3) if h.share >= LINE_MIN_SHARE]
+    if ops_do_work(other, record.config.aten_ops_by_phase.get("other"), record.probes.op_overhead_ns):
+        # Library calls doing real work (clip_grad_norm_ over large gradients) are not Python overhead.
+        lines = [h for h in lines if library_share(record.stacks, h.file, h.line, steps, "other") < LIBRARY_MIN_SHARE]
     if not lines:
         return None
     hot_share = min(1.0, sum(h.share for h in lines))
@@ -117,18 +163,17 @@ def python_overhead(inp: DoctorInput) -> Finding | None:
     est = speedup(t, t - saved)
     if est < REPORT_MIN_SPEEDUP:
         return None
-    top = lines[0]
+    top: HotLine = lines[0]
+    source, in_loop = source_context(top.file, top.line)
+    evidence["hot_line_source"] = source
+    evidence["hot_line_in_inner_loop"] = in_loop
     return make_finding(
         "PYTHON_OVERHEAD",
         est,
         f"{saved / t:.0%} of the step is Python outside the model and the backward it causes; "
         f"{top.share:.0%} of that Python at {top.label} ({top.function})",
         evidence,
-        f"""# {top.label}: replace the per-element Python loop with whole-tensor ops, e.g.
-#   for i in range(len(y)): loss = loss + F.cross_entropy(out[i:i+1], y[i:i+1])
-# becomes
-loss = F.cross_entropy(out, y, reduction="sum")
-# (or wrap the function in torch.compile when it cannot be written with batched ops)""",
+        line_fix(top.label, source, in_loop),
         explanation=(
             "Estimate: the median 'other' time at the hot lines removed, plus the backward replay of "
             "the autograd nodes those lines recorded (backward's non-FLOP time split by op counts)."

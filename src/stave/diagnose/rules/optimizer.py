@@ -1,0 +1,107 @@
+"""OPTIMIZER_UNFUSED: the optimizer updates one parameter tensor at a time, and that is a large share of the step.
+
+``torch.optim`` runs Adam/AdamW/SGD/Adagrad three ways: a Python loop issuing ~10 small ops per
+parameter tensor (``foreach=False``, and the default on CPU), horizontally fused ``_foreach_*`` ops
+(the default on CUDA), or one fused kernel per parameter group (``fused=True``, CPU and CUDA). A
+model of many small tensors (transformers: a weight, a bias and two norm tensors per layer) pays
+the per-op dispatch for each. The estimate takes the optimizer's counted ops at the measured
+per-op cost as the part a fused update removes, bounded by the optimizer's measured time.
+"""
+
+from __future__ import annotations
+
+from stave.analyze.whatif import phase_s, speedup
+from stave.diagnose.engine import rule
+from stave.diagnose.finding import Finding
+from stave.diagnose.inputs import DoctorInput
+from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, is_gpu, make_finding
+from stave.measure.config import FUSED_OPTIMIZERS as FUSED_TYPES
+from stave.measure.config import OptimizerInfo
+# Below a tenth of the step, the optimizer is not where the time goes, whatever its implementation.
+MIN_OPTIMIZER_SHARE = 0.10
+# A fused update still reads and writes every parameter and its state: at least this share of the
+# optimizer's time stays (the memory traffic no implementation avoids).
+MIN_TIME_LEFT = 0.2
+# Ops a fused update issues per parameter group (the kernel, the step counter, a few bookkeeping ops).
+FUSED_OPS_PER_GROUP = 4
+
+
+def is_unfused(opt: OptimizerInfo, gpu: bool) -> bool:
+    """True when ``opt`` updates tensor by tensor, or with foreach where fused is available on a GPU."""
+    if opt.type not in FUSED_TYPES or opt.fused:
+        return False
+    if opt.foreach is False:
+        return True
+    # foreach=None means foreach on CUDA and the per-tensor loop on CPU.
+    return not gpu or opt.foreach in (None, True)
+
+
+def probed_optimizer_s(optimizer_s: float, fused_ratio: float) -> float:
+    """Optimizer seconds with a fused update, from the probe's measured loop/fused ratio."""
+    return max(optimizer_s / max(fused_ratio, 1.0), optimizer_s * MIN_TIME_LEFT)
+
+
+def fused_optimizer_s(optimizer_s: float, optimizer_ops: int, groups: int, op_overhead_s: float) -> float:
+    """Optimizer seconds with a fused update: the per-op dispatch of the ops it no longer issues removed,
+    never below :data:`MIN_TIME_LEFT` of the measured time."""
+    removed_ops = max(0, optimizer_ops - FUSED_OPS_PER_GROUP * max(1, groups))
+    return max(optimizer_s - removed_ops * op_overhead_s, optimizer_s * MIN_TIME_LEFT)
+
+
+@rule("OPTIMIZER_UNFUSED", kind="doctor")
+def optimizer_unfused(inp: DoctorInput) -> Finding | None:
+    """The optimizer is a large share of the step and a fused implementation would shrink it."""
+    record, summary = inp.record, inp.summary
+    t = summary.step_time_median_s
+    if summary.steps == 0 or t <= 0:
+        return None
+    gpu = is_gpu(record)
+    cfg = record.config
+    unfused = [o for o in cfg.optimizers if is_unfused(o, gpu)]
+    share = summary.breakdown.get("optimizer", 0.0)
+    overhead_ns = record.probes.op_overhead_ns
+    ratio = record.probes.optimizer_fused_ratio
+    ops = cfg.aten_ops_by_phase.get("optimizer", 0)
+    if not unfused or share < MIN_OPTIMIZER_SHARE:
+        return None
+    opt_s = phase_s(summary, "optimizer")
+    tensors = sum(o.param_tensors for o in cfg.optimizers)
+    if ratio is not None:
+        new_opt_s = probed_optimizer_s(opt_s, ratio)
+    elif overhead_ns and ops:
+        new_opt_s = fused_optimizer_s(opt_s, ops, len(cfg.optimizers), overhead_ns / 1e9)
+    else:
+        return None
+    est = speedup(t, t - (opt_s - new_opt_s))
+    if est < REPORT_MIN_SPEEDUP:
+        return None
+    opt = unfused[0]
+    mode = "foreach" if opt.foreach or (gpu and opt.foreach is None) else "a per-tensor loop"
+    return make_finding(
+        "OPTIMIZER_UNFUSED",
+        est,
+        f"{opt.type} takes {share:.0%} of the step updating {opt.param_tensors} tensors with {mode}"
+        + (f"; fused=True measured {ratio:.2f}x faster here" if ratio is not None else
+           f"; {ops} ops per step at {(overhead_ns or 0) / 1e3:.1f} us each"),
+        {
+            "optimizer_type": opt.type,
+            "foreach": opt.foreach,
+            "fused": opt.fused,
+            "param_tensors": tensors,
+            "optimizer_share": share,
+            "optimizer_s": opt_s,
+            "optimizer_s_per_tensor": opt_s / tensors if tensors else None,
+            "aten_ops_in_optimizer": ops,
+            "op_overhead_ns": overhead_ns,
+            "fused_optimizer_s": new_opt_s,
+            "probe_fused_ratio": ratio,
+            "probe_tensors_values": record.probes.optimizer_probe,
+        },
+        f"optimizer = torch.optim.{opt.type}(model.parameters(), lr=lr, fused=True)  # one kernel per group",
+        explanation=(
+            "Estimate: the optimizer's measured time divided by the probe's loop/fused ratio (same "
+            "tensor count, this machine); without the probe, its counted ops beyond a few per parameter "
+            f"group at the measured per-op cost removed. At least {MIN_TIME_LEFT:.0%} of it stays: the "
+            "update still reads and writes every parameter and its state."
+        ),
+    )

@@ -1,0 +1,277 @@
+"""PADDING_WASTE, OPTIMIZER_UNFUSED, EVAL_OVERHEAD, attention findings, framework-native fixes,
+and PYTHON_OVERHEAD's narrowing to Python that is really in the loop."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from stave.analyze.breakdown import summarize_steps
+from stave.diagnose import framework_fixes as ff
+from stave.diagnose.rules import attention, evaluation, optimizer, padding, python_loop
+from stave.measure import FrameKey, OptimizerInfo
+from synth_records import (
+    SCRIPT,
+    healthy_config,
+    healthy_record,
+    make_steps,
+    run_rule,
+    stack_profile,
+)
+
+# --- PADDING_WASTE ---------------------------------------------------------------------------------
+
+
+def lm_record(width: int = 128, lengths=(16, 24, 32, 40), longest_rows: int | None = None, attn_q: float = 0.2):
+    """Steps of 4 rows padded to ``width`` with the given real lengths; attention ``attn_q`` of FLOPs."""
+    steps = make_steps()
+    rows = len(lengths)
+    longest = max(lengths)
+    for s in steps:
+        s.tokens = rows * width
+        s.real_tokens = sum(lengths)
+        s.longest_tokens = rows * longest
+        s.token_sq = rows * width * width
+        s.real_token_sq = sum(n * n for n in lengths)
+        s.longest_token_sq = rows * longest * longest
+    rec = healthy_record(steps=steps)
+    flops = {"forward": int(1e10), "backward": int(2e10)}
+    rec.config = healthy_config(flops_by_phase=flops,
+                                attention_flops_by_phase={k: int(v * attn_q) for k, v in flops.items()},
+                                aten_ops_by_phase={"forward": 10, "backward": 10, "optimizer": 10, "other": 5})
+    return rec
+
+
+def test_padding_share_and_estimate_follow_the_formula():
+    rec = lm_record()
+    f = run_rule("PADDING_WASTE", rec)
+    assert f is not None
+    sums = padding.TokenSums(512, 112, 160, 4 * 128 ** 2, 16 ** 2 + 24 ** 2 + 32 ** 2 + 40 ** 2, 4 * 40 ** 2)
+    left_longest = padding.compute_share_left(sums, 0.2, sums.longest, sums.longest_sq)
+    left_all = padding.compute_share_left(sums, 0.2, sums.real, sums.real_sq)
+    assert f.evidence["pad_share_of_tokens"] == pytest.approx(1 - 112 / 512, rel=1e-3)
+    # padded to the longest recovers most of the gain: the one-line fix is chosen
+    assert (1 - left_longest) >= padding.LONGEST_ENOUGH * (1 - left_all)
+    assert f.evidence["fix_strategy"] == "longest"
+    s = summarize_steps(rec.steps)
+    t = s.step_time_median_s
+    compute = (s.breakdown["forward"] + s.breakdown["backward"]) * t - 20 * 3000e-9
+    assert f.est_speedup == pytest.approx(t / (t - compute * (1 - left_longest)), rel=0.01)
+    assert "DataCollatorWithPadding" in f.fix
+
+
+def test_padding_mixed_lengths_already_at_longest_asks_for_grouping():
+    # Padded only to each batch's longest, but one long row per batch: grouping by length is the fix.
+    f = run_rule("PADDING_WASTE", lm_record(width=128, lengths=(8, 8, 8, 128)))
+    assert f is not None and f.evidence["fix_strategy"] == "group_by_length"
+    assert "DataCollatorWithFlattening" not in f.fix
+    rec = lm_record(width=128, lengths=(8, 8, 8, 128))
+    rec.config.attn_implementation = "flash_attention_2"
+    assert "DataCollatorWithFlattening" in run_rule("PADDING_WASTE", rec).fix
+
+
+def test_padding_quiet_without_padding_or_tokens():
+    assert run_rule("PADDING_WASTE", lm_record(width=32, lengths=(32, 32, 30, 32))) is None
+    assert run_rule("PADDING_WASTE", healthy_record()) is None
+
+
+def test_attention_share_weighs_the_quadratic_part():
+    sums = padding.TokenSums(tokens=100, real=50, longest=100, sq=1000, real_sq=250, longest_sq=1000)
+    assert padding.compute_share_left(sums, 0.0, 50, 250) == pytest.approx(0.5)
+    assert padding.compute_share_left(sums, 1.0, 50, 250) == pytest.approx(0.25)
+
+
+# --- OPTIMIZER_UNFUSED -----------------------------------------------------------------------------
+
+
+def opt_record(foreach=None, fused=None, device="cpu", optimizer_ms=30.0, ops=2000):
+    steps = make_steps(lambda i: {"data_wait": 2.0, "forward": 30.0, "backward": 34.0, "optimizer": optimizer_ms,
+                                  "other": 4.0})
+    rec = healthy_record(steps=steps)
+    rec.config = healthy_config(device_type=device, optimizers=[OptimizerInfo("AdamW", 1_000_000, 150, foreach, fused)],
+                                aten_ops_by_phase={"forward": 300, "backward": 450, "optimizer": ops, "other": 30})
+    return rec
+
+
+def test_unfused_optimizer_estimate_from_ops_at_the_measured_dispatch_cost():
+    f = run_rule("OPTIMIZER_UNFUSED", opt_record())
+    assert f is not None
+    opt_s = f.evidence["optimizer_s"]
+    expected_opt = max(opt_s - (2000 - 4) * 3000e-9, opt_s * optimizer.MIN_TIME_LEFT)
+    assert f.evidence["fused_optimizer_s"] == pytest.approx(expected_opt, rel=1e-3)
+    assert "fused=True" in f.fix and "AdamW" in f.fix
+
+
+@pytest.mark.parametrize("changes", [dict(fused=True), dict(optimizer_ms=5.0), dict(ops=0),
+                                     dict(foreach=None, device="cuda", ops=20)])
+def test_optimizer_quiet(changes):
+    assert run_rule("OPTIMIZER_UNFUSED", opt_record(**changes)) is None
+
+
+def test_is_unfused_by_device_defaults():
+    loop = OptimizerInfo("AdamW", 1, 1, None, None)
+    assert optimizer.is_unfused(loop, gpu=False) and optimizer.is_unfused(loop, gpu=True)
+    assert not optimizer.is_unfused(OptimizerInfo("LBFGS", 1, 1, None, None), gpu=False)
+    assert not optimizer.is_unfused(OptimizerInfo("AdamW", 1, 1, None, True), gpu=True)
+
+
+# --- EVAL_OVERHEAD ---------------------------------------------------------------------------------
+
+
+def test_eval_overhead_from_the_wall_share():
+    steps = make_steps()
+    for s in steps[::2]:
+        s.eval_ns = 150_000_000
+        s.end_ns += s.eval_ns
+        s.eval_forwards = 10
+    rec = healthy_record(steps=steps)
+    summary = summarize_steps(rec.steps)
+    assert summary.step_time_median_s == pytest.approx(0.1, rel=0.05)  # evaluation left out
+    f = run_rule("EVAL_OVERHEAD", rec)
+    assert f is not None
+    share = summary.eval_share
+    assert 0.3 < share < 0.5
+    assert f.est_speedup == pytest.approx(1 / (1 - share / 2), rel=1e-3)
+    assert run_rule("EVAL_OVERHEAD", healthy_record()) is None
+
+
+# --- attention -------------------------------------------------------------------------------------
+
+
+def test_eager_attention_with_its_flop_share():
+    rec = lm_record(attn_q=0.3)
+    rec.config.attn_implementation = "eager"
+    f = run_rule("ATTENTION_EAGER", rec)
+    assert f is not None and 'attn_implementation="sdpa"' in f.fix
+    assert f.evidence["attention_share_of_flops"] == pytest.approx(0.3, rel=1e-3)
+    rec.config.attn_implementation = "sdpa"
+    assert run_rule("ATTENTION_EAGER", rec) is None
+
+
+def test_sdpa_backend_and_reasons():
+    assert attention.sdpa_backend({"scaled_dot_product_flash_attention_for_cpu": 2}, 2) == "flash"
+    assert attention.sdpa_backend({"scaled_dot_product_efficient_attention": 2}, 2) == "memory_efficient"
+    assert attention.sdpa_backend({}, 4) == "math"
+    assert attention.sdpa_backend({}, 0) is None
+    reasons = attention.slow_kernel_reasons({"dtype": "float32", "attn_mask": "bool", "head_dim": "300"})
+    assert len(reasons) == 3 and "float32" in reasons[0]
+    assert attention.slow_kernel_reasons({"dtype": "bfloat16", "attn_mask": "none", "head_dim": "64"}) == []
+
+
+def test_slow_kernel_only_on_gpu_math_path():
+    rec = lm_record(attn_q=0.3)
+    rec.config.sdpa_calls = 8
+    rec.config.sdpa_inputs = {"dtype": "float32", "attn_mask": "none", "head_dim": "64"}
+    assert run_rule("ATTENTION_SLOW_KERNEL", rec) is None  # CPU
+    rec.config.device_type = "cuda"
+    f = run_rule("ATTENTION_SLOW_KERNEL", rec)
+    assert f is not None and "float32" in f.title
+    rec.config.sdpa_kernels = {"scaled_dot_product_flash_attention": 8}
+    assert run_rule("ATTENTION_SLOW_KERNEL", rec) is None
+
+
+# --- framework-native fixes ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("framework,text", [
+    ("lightning", 'precision="bf16-mixed"'), ("hf_trainer", "bf16=True"),
+    ("accelerate", 'mixed_precision="bf16"'), ("timm", "--amp --amp-dtype bfloat16"),
+])
+def test_mixed_precision_fix_in_each_framework(framework, text):
+    finding = run_rule("OPTIMIZER_UNFUSED", opt_record())
+    finding = dataclasses.replace(finding, id="NO_MIXED_PRECISION")
+    cfg = healthy_config(framework=framework)
+    [out] = ff.apply_framework_fixes([finding], cfg)
+    assert text in out.fix
+    [same] = ff.apply_framework_fixes([finding], healthy_config())
+    assert same.fix == finding.fix  # plain PyTorch: the rule's own code
+
+
+def test_padding_fix_names_the_installed_transformers_switch():
+    finding = run_rule("PADDING_WASTE", lm_record())
+    v5 = healthy_config(framework="hf_trainer", framework_options={"group_by_length": "train_sampling_strategy"})
+    v4 = healthy_config(framework="hf_trainer", framework_options={"group_by_length": "group_by_length"})
+    assert 'train_sampling_strategy="group_by_length"' in ff.apply_framework_fixes([finding], v5)[0].fix
+    assert "group_by_length=True" in ff.apply_framework_fixes([finding], v4)[0].fix
+
+
+def test_worker_fix_uses_the_rules_suggestion():
+    finding = dataclasses.replace(run_rule("OPTIMIZER_UNFUSED", opt_record()), id="DATA_CPU_BOUND",
+                                  evidence={"suggested_workers": 6})
+    assert "dataloader_num_workers=6" in ff.framework_fix(finding, healthy_config(framework="hf_trainer"))
+    assert "--workers 6" in ff.framework_fix(finding, healthy_config(framework="timm"))
+
+
+def test_every_table_entry_renders():
+    for (finding_id, framework), _text in ff.FIXES.items():
+        finding = dataclasses.replace(run_rule("OPTIMIZER_UNFUSED", opt_record()), id=finding_id)
+        text = ff.framework_fix(finding, healthy_config(framework=framework))
+        assert text and "{" not in text.replace("{}", "")
+
+
+# --- PYTHON_OVERHEAD narrowing ---------------------------------------------------------------------
+
+
+def library_record(tmp_path, other_ops: int, line_text: str):
+    """'other' is 45 ms at one line whose samples are inside a library function."""
+    script = tmp_path / "train.py"
+    script.write_text("for step in range(10):\n    loss.backward()\n    " + line_text + "\n    opt.step()\n")
+    steps = make_steps(lambda i: {"data_wait": 2.0, "forward": 20.0, "backward": 30.0, "optimizer": 3.0, "other": 45.0})
+    rec = healthy_record(steps=steps)
+    rec.config = healthy_config(aten_ops_by_phase={"forward": 100, "backward": 150, "other": other_ops})
+    prof = stack_profile(steps, {"other": [(3, 1.0)]}, interval_ms=2.0)
+    prof.frames = [FrameKey(str(script), 3, "<module>", True), FrameKey("/site-packages/torch/nn/utils/clip_grad.py",
+                                                                      80, "clip_grad_norm_", False)]
+    prof.stacks = [[0, 1] for _ in prof.stacks]  # every sample: the script's line, inside clip_grad_norm_
+    rec.stacks = prof
+    return rec
+
+
+def test_library_call_doing_cpp_work_is_not_python_overhead(tmp_path):
+    # 45 ms over 100 ops: 450 us per op, 150 dispatches each: the work is inside the library.
+    line = "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"
+    assert run_rule("PYTHON_OVERHEAD", library_record(tmp_path, 100, line)) is None
+    # The same line issuing thousands of tiny ops (a few dispatches each) is Python overhead.
+    f = run_rule("PYTHON_OVERHEAD", library_record(tmp_path, 5000, line))
+    assert f is not None and "per-element" not in f.fix and "clip_grad_norm_" in f.fix
+
+
+def test_fix_text_fits_the_line(tmp_path):
+    assert "per-element" in python_loop.line_fix("a.py:3", "loss = loss + F.mse_loss(o[i], y[i])", True)
+    assert "every N steps" in python_loop.line_fix("a.py:3", "total += loss.item()", False)
+    assert "log every N" in python_loop.line_fix("a.py:3", 'print(f"{loss}")', False)
+    src = tmp_path / "t.py"
+    src.write_text("for batch in loader:\n    out = model(batch)\n    for i in range(8):\n"
+                   "        loss = loss + f(out[i])\n    loss.backward()\n    opt.step()\n")
+    from stave.analyze.hotlines import source_context
+
+    assert source_context(str(src), 4) == ("loss = loss + f(out[i])", True)
+    assert source_context(str(src), 2) == ("out = model(batch)", False)  # the training loop itself
+    assert source_context(str(tmp_path / "gone.py"), 2) == ("", False)
+
+
+def test_ops_do_work_needs_both_counts():
+    assert python_loop.ops_do_work(0.045, 100, 3000.0)
+    assert not python_loop.ops_do_work(0.045, 5000, 3000.0)
+    assert not python_loop.ops_do_work(0.045, None, 3000.0) and not python_loop.ops_do_work(0.045, 100, None)
+
+
+def test_unfused_optimizer_estimate_from_the_fused_probe():
+    rec = opt_record()
+    rec.probes.optimizer_fused_ratio = 2.0
+    f = run_rule("OPTIMIZER_UNFUSED", rec)
+    assert f is not None and "2.00x" in f.title
+    assert f.evidence["fused_optimizer_s"] == pytest.approx(f.evidence["optimizer_s"] / 2, rel=1e-3)
+    # Measured here, fused is no faster (a loaded CPU): no finding, whatever the op count says.
+    rec.probes.optimizer_fused_ratio = 0.6
+    assert run_rule("OPTIMIZER_UNFUSED", rec) is None
+
+
+def test_per_token_cost_is_fitted_when_tokens_vary():
+    # 2 ms fixed + 10 us per token, widths varying step to step (dynamic padding)
+    tokens = [256 + 64 * (i % 5) for i in range(20)]
+    compute = [0.002 + 1e-5 * t for t in tokens]
+    assert padding.fitted_token_s(tokens, compute) == pytest.approx(1e-5, rel=1e-6)
+    assert padding.fitted_token_s([512] * 20, [0.01] * 20) is None  # fixed-length padding: no fit
+    assert padding.fitted_token_s(tokens[:4], compute[:4]) is None
