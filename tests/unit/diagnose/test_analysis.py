@@ -10,7 +10,7 @@ from stave.analyze.hotlines import hot_lines, seconds_at_lines
 from stave.analyze.outliers import find_outliers
 from stave.analyze.pipeline import main_loader, summarize_pipeline
 from stave.analyze.trend import memory_trend
-from stave.analyze.whatif import amortized_speedup, pipelined_step_s, speedup
+from stave.analyze.step_model import amortized_speedup, pipelined_step_s, speedup
 
 
 def test_pipeline_per_sample_costs_and_io_pattern():

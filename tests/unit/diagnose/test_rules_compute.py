@@ -33,8 +33,12 @@ def test_threads_fires_with_probe_ratio_applied_to_compute():
     f = run_rule("THREAD_OVERSUBSCRIPTION", rec)
     assert f is not None
     assert "torch.set_num_threads(2)" in f.fix
-    # forward+backward+optimizer are ~94% of the step; halved: T' ~ 53 ms of 100.
-    assert f.est_speedup == pytest.approx(1 / (1 - 0.944 / 2), rel=0.03)
+    # The compute (~96% of the step) loses the probe's 2x penalty; the loader workers' 0.3 core
+    # still competes with the two threads left (the model's stretch 2.3 / 2), so the gain is less
+    # than the bare halving (1.9x) and more than none.
+    halved = 1 / (1 - 0.96 / 2)
+    assert 1.4 < f.est_speedup < halved
+    assert f.evidence["model_inputs_changed"]["compute_threads"] == [8, 2]
 
 
 def test_threads_without_probe_is_information_only():
@@ -72,7 +76,9 @@ def test_float64_batches_with_float64_model():
     assert f is not None
     assert f.evidence["model_param_dtype"] == "float64"
     assert "astype(np.float32)" in f.fix
-    assert f.est_speedup == pytest.approx(1 / (1 - 0.94 / 2), rel=0.03)
+    # Compute (~96% of the step) at twice the rate, less what the loader's 0.4 core still takes.
+    assert 1.4 < f.est_speedup < 1 / (1 - 0.96 / 2)
+    assert f.evidence["model_inputs_changed"]["phase_speed"]["forward"] == 2.0
 
 
 def test_float64_batches_cast_for_float32_model_on_cpu_is_information():

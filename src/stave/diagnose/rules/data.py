@@ -15,7 +15,7 @@ import math
 from stave.analyze.host import summarize_host
 from stave.analyze.loading import LoadingBound, loading_bound
 from stave.analyze.pipeline import StageCost
-from stave.analyze.whatif import pipelined_step_s, speedup
+from stave.analyze.step_model import pipelined_step_s, speedup
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput

@@ -12,7 +12,7 @@ import dataclasses
 import statistics
 from typing import Any, Sequence
 
-from stave.analyze.whatif import speedup
+from stave.analyze.step_model import speedup
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, make_finding
@@ -48,7 +48,7 @@ def _finding(fid: str, est: float, title: str, evidence: dict[str, Any], fix: st
 
 
 def _speedup(step_s: float, saved_s: float) -> float:
-    """``T / (T - saved)``: the shared what-if model (stave.analyze.whatif)."""
+    """``T / (T - saved)``: the shared what-if model (stave.analyze.step_model)."""
     return speedup(step_s, step_s - max(saved_s, 0.0))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from stave.analyze.host import HostSummary, summarize_host
 from stave.analyze.loading import loading_bound
 from stave.analyze.trend import MemoryTrend, memory_trend
-from stave.analyze.whatif import speedup
+from stave.analyze.step_model import speedup
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput

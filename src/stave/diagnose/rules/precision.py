@@ -8,7 +8,7 @@ ratio after the script ends; the estimate applies that measured ratio, never an 
 
 from __future__ import annotations
 
-from stave.analyze.whatif import phase_s, speedup
+from stave.analyze.step_model import phase_s, speedup
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
