@@ -106,8 +106,25 @@ def test_small_batch_from_fixed_costs():
     # optimizer 5 ms + dispatch min(7 ms, 750 ops x 3 us) = 7.25 of 14 ms fixed.
     share = 7.25 / 14
     assert f.evidence["fixed_share"] == pytest.approx(share, rel=0.01)
-    assert f.est_speedup == pytest.approx(1 / (share / 4 + 1 - share), rel=0.01)
+    # The step model: fixed 7.25 ms stays, the 5.75 ms of per-sample compute grows 4x, and the 1 ms
+    # wait (prefetched batches, which the model does not explain) is kept as it is; per sample.
+    assert f.est_speedup == pytest.approx(4 * 14 / (7.25 + 5.75 * 4 + 1.0), rel=0.02)
+    assert f.est_speedup > 1 / (share / 4 + 1 - share)  # the data wait is not per sample
     assert "batch_size=128" in f.fix and "lr = base_lr * 4" in f.fix
+    assert f.evidence["model_inputs_changed"] == {"batch_scale": [1, 4]}
+
+
+def test_small_batch_with_accumulation_prices_the_micro_batch():
+    steps = tiny_steps()
+    for s in steps:
+        s.backward_calls = 4  # 4 micro-batches of 2 per optimizer step (8 samples per step)
+        s.samples = 8
+    f = run_rule("SMALL_BATCH", healthy_record(steps=steps, probes=probes()))
+    assert f is not None
+    assert f.evidence["micro_batches_per_step"] == 4
+    assert "accumulation_steps = 1" in f.fix and "lr = base_lr" not in f.fix
+    # Same samples per step: only the dispatch (2.25 ms) shrinks 4x; the optimizer stays.
+    assert f.est_speedup == pytest.approx(14 / (14 - 2.25 * 0.75), rel=0.03)
 
 
 def test_small_batch_counts_op_bound_compute_as_fixed():

@@ -190,6 +190,12 @@ def _fixed_costs_s(inp: DoctorInput) -> tuple[float, dict[str, float]]:
     return sum(parts.values()), parts
 
 
+def _accumulation(record) -> int:
+    """Backward passes per optimizer step (micro-batches), the median over the counted steps."""
+    calls = sorted(s.backward_calls for s in record.counted_steps())
+    return calls[len(calls) // 2] if calls else 1
+
+
 def _growth_limit(inp: DoctorInput) -> int:
     """How many times the batch may grow: :data:`SMALL_BATCH_GROWTH`, or less where GPU memory ends."""
     record = inp.record
@@ -211,19 +217,48 @@ def small_batch(inp: DoctorInput) -> Finding | None:
     fixed_s, parts = _fixed_costs_s(inp)
     share = min(1.0, fixed_s / t)
     growth = _growth_limit(inp)
+    accum = _accumulation(record)
+    if accum >= 2:
+        # Gradient accumulation: the fixed cost that matters is paid per micro-batch; merging
+        # micro-batches keeps the effective batch (and the learning rate) as it is.
+        growth = min(growth, accum)
     if share < SMALL_BATCH_MIN_FIXED_SHARE or growth < 2:
         return None
-    est = amortized_speedup(share, growth)
+    model = step_inputs(record, summary)
+    if model is None:
+        return None
+    loader_fixed = parts.get("loader_overhead_s", 0.0)
+    before = model.changed(fixed_s=max(0.0, fixed_s - loader_fixed))
+    if accum >= 2:
+        # Same samples per step, fewer micro-batches: the per-micro-batch dispatch shrinks by `growth`.
+        dispatch = parts.get("dispatch_s", 0.0)
+        phases = dict(before.phases_s)
+        fb = phases.get("forward", 0.0) + phases.get("backward", 0.0)
+        for p in ("forward", "backward"):
+            if fb > 0:
+                phases[p] = phases.get(p, 0.0) - dispatch * (1 - 1 / growth) * phases.get(p, 0.0) / fb
+        after = before.changed(phases_s=phases, load_extra_s=before.load_extra_s)
+    else:
+        # The loader's per-batch overhead stays per batch; everything else per sample grows with it.
+        after = before.changed(batch_scale=float(growth), load_extra_s=before.load_extra_s / growth)
+    est = estimate(before, after, summary.step_time_mean_s)
     if est < REPORT_MIN_SPEEDUP:
         return None
     batch = round(summary.samples_per_step)
     loader = main_loader(record)
     lines = []
-    if loader is not None and loader.batch_size:
-        lines.append(dataloader_call(loader, batch_size=loader.batch_size * growth))
+    if accum >= 2:
+        micro = batch // accum
+        lines.append(f"# {accum} micro-batches of {micro} per optimizer step: use {accum // growth} of {micro * growth}")
+        if loader is not None and loader.batch_size:
+            lines.append(dataloader_call(loader, batch_size=loader.batch_size * growth))
+        lines.append(f"accumulation_steps = {max(1, accum // growth)}  # same samples per optimizer step, same lr")
     else:
-        lines.append(f"batch_size = {batch * growth}")
-    lines.append(f"lr = base_lr * {growth}  # linear scaling rule; warm the rate up over the first epochs")
+        if loader is not None and loader.batch_size:
+            lines.append(dataloader_call(loader, batch_size=loader.batch_size * growth))
+        else:
+            lines.append(f"batch_size = {batch * growth}")
+        lines.append(f"lr = base_lr * {growth}  # linear scaling rule; warm the rate up over the first epochs")
     slow_opt = [o for o in record.config.optimizers if not o.foreach and not o.fused and o.param_tensors > 1]
     if slow_opt:
         o = slow_opt[0]
@@ -233,6 +268,9 @@ def small_batch(inp: DoctorInput) -> Finding | None:
         )
     evidence = {
         "samples_per_step": summary.samples_per_step,
+        "micro_batches_per_step": accum,
+        "model_inputs_changed": ({"micro_batch": [batch // max(accum, 1), batch // max(accum, 1) * growth]}
+                                 if accum >= 2 else {"batch_scale": [1, growth]}),
         "step_time_s": t,
         "fixed_s_per_step": fixed_s,
         "fixed_share": share,
