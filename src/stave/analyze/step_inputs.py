@@ -111,7 +111,7 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
     fixed, serial = fixed_and_serial_s(record, summary)
     pipe = summarize_pipeline(record)
     gpu = record.config.device_type == "cuda"
-    workers, load_cpu, blocked, extra = 0, 0.0, 0.0, 0.0
+    workers, load_cpu, blocked, extra, queue = 0, 0.0, 0.0, 0.0, 0.0
     pin = 0.0
     n = summary.samples_per_step
     if pipe is not None:
@@ -119,8 +119,10 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
         load_cpu = pipe.cpu_s_per_sample * n
         delay = pipe.run_delay_s_per_sample or 0.0
         blocked = max(0.0, pipe.wall_s_per_sample - pipe.cpu_s_per_sample - delay) * n
+        queue = min(delay, max(0.0, pipe.wall_s_per_sample - pipe.cpu_s_per_sample)) / pipe.cpu_s_per_sample \
+            if pipe.cpu_s_per_sample > 0 else 0.0
         if workers == 0:
-            extra = max(0.0, phases["data_wait"] - load_cpu - blocked)
+            extra = max(0.0, phases["data_wait"] - load_cpu * (1.0 + queue) - blocked)
         if pipe.loader.pin_memory and gpu:
             pin = sum(t.nbytes for t in record.config.batch) / PIN_COPY_BYTES_PER_S
     elif phases["data_wait"] > 0:
@@ -136,6 +138,7 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
         load_cpu_s=load_cpu,
         load_blocked_s=blocked,
         load_extra_s=extra,
+        load_queue_per_cpu=queue,
         pin_cpu_s=pin,
         other_cores=load.other_cores or 0.0,
         oversubscription_penalty=record.probes.threads_speedup or 1.0,

@@ -56,6 +56,8 @@ class StepInputs:
     ``load_cpu_s`` / ``load_blocked_s``: one step's samples: CPU-seconds, and seconds blocked off
     CPU (storage latency) as one loader sees them. ``load_extra_s``: main-process only, the part
     of the measured wait beyond the samples' loading (sampler, fetch, collate overhead).
+    ``load_queue_per_cpu``: seconds the loading sat runnable waiting for a core per CPU-second
+    (schedstat run_delay), measured under ``stretch_measured``; it scales with the stretch.
     ``pin_cpu_s``: CPU-seconds of the pin-memory thread. ``other_cores``: cores held by processes
     outside the job. ``cores``: usable cores (affinity, cgroup quota).
     ``oversubscription_penalty``: the thread probe's measured slowdown of threads > cores (1: none).
@@ -71,6 +73,7 @@ class StepInputs:
     load_cpu_s: float = 0.0
     load_blocked_s: float = 0.0
     load_extra_s: float = 0.0
+    load_queue_per_cpu: float = 0.0
     pin_cpu_s: float = 0.0
     other_cores: float = 0.0
     oversubscription_penalty: float = 1.0
@@ -143,6 +146,11 @@ def _compute_s(inp: StepInputs, stretch: float) -> float:
     return per_step * stretch
 
 
+def _loading_s(inp: StepInputs, load_cpu_s: float, stretch: float) -> float:
+    """On-CPU loading plus its wait for a core: the measured wait per CPU-second, scaled by the stretch."""
+    return load_cpu_s * (1.0 + inp.load_queue_per_cpu * stretch / max(inp.stretch_measured, 1e-9))
+
+
 def step_time(inp: StepInputs) -> StepTime:
     """The model's step time for ``inp`` (see the module docstring for the equations)."""
     k = inp.batch_scale
@@ -154,7 +162,7 @@ def step_time(inp: StepInputs) -> StepTime:
         compute0 = _compute_s(inp, 1.0)
         stretch = stretch_for(inp, pin / max(compute0, 1e-9))
         compute = compute0 * stretch
-        load = load_cpu + blocked + inp.load_extra_s * k
+        load = _loading_s(inp, load_cpu, 1.0) + blocked + inp.load_extra_s * k
         return StepTime(compute + load, compute, load, stretch, _threads_wanted(inp) + inp.other_cores, "serial")
     t = _compute_s(inp, 1.0) + (load_cpu + blocked) / inp.workers
     stretch, compute, producer, loader_cores = 1.0, 0.0, 0.0, 0.0
@@ -164,7 +172,7 @@ def step_time(inp: StepInputs) -> StepTime:
         stretch = stretch_for(inp, loader_cores)
         compute = _compute_s(inp, stretch)
         # A worker gets the same fair share of a core as every other runnable thread.
-        producer = (load_cpu * stretch + blocked) / inp.workers
+        producer = (_loading_s(inp, load_cpu, stretch) + blocked) / inp.workers
         t = max(compute, producer)
     bound = "compute" if compute >= producer else "input"
     if inp.device_s is not None and inp.device_s * k > t:

@@ -142,9 +142,9 @@ def test_cpu_bound_still_reported_when_other_processes_hold_the_spare_core():
     f = run_rule("DATA_CPU_BOUND", rec)
     assert f is not None
     assert f.evidence["cores_available"] == pytest.approx(1.0)
-    assert f.evidence["est_speedup_with_other_load"] < 1.05
-    assert f.est_speedup == pytest.approx(run_rule("DATA_CPU_BOUND", cpu_record()).est_speedup, rel=0.01)
-    assert "once the other processes" in f.explanation
+    # The step model: the workers share the cores with the other process by fair share, so they
+    # still win some of it, but less than on a quiet machine.
+    assert 1.05 <= f.est_speedup < run_rule("DATA_CPU_BOUND", cpu_record()).est_speedup
 
 
 def test_cpu_bound_with_all_cores_busy_estimates_a_cheaper_stage_as_an_upper_bound():
