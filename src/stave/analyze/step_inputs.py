@@ -144,5 +144,7 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
         oversubscription_penalty=record.probes.threads_speedup or 1.0,
         samples_per_step=n,
         gpu=gpu,
+        # NVML's utilization is the share of time a kernel ran: the device's busy time per step.
+        device_s=host.gpu_util_pct / 100.0 * summary.step_time_mean_s if gpu and host.gpu_util_pct is not None else None,
     )
     return calibrated(inp)

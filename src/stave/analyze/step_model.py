@@ -163,7 +163,8 @@ def step_time(inp: StepInputs) -> StepTime:
         stretch = stretch_for(inp, pin / max(compute0, 1e-9))
         compute = compute0 * stretch
         load = _loading_s(inp, load_cpu, 1.0) + blocked + inp.load_extra_s * k
-        return StepTime(compute + load, compute, load, stretch, _threads_wanted(inp) + inp.other_cores, "serial")
+        st = StepTime(compute + load, compute, load, stretch, _threads_wanted(inp) + inp.other_cores, "serial")
+        return _device_bound(inp, st)
     t = _compute_s(inp, 1.0) + (load_cpu + blocked) / inp.workers
     stretch, compute, producer, loader_cores = 1.0, 0.0, 0.0, 0.0
     for _ in range(FIXED_POINT_ROUNDS):
@@ -175,9 +176,16 @@ def step_time(inp: StepInputs) -> StepTime:
         producer = (_loading_s(inp, load_cpu, stretch) + blocked) / inp.workers
         t = max(compute, producer)
     bound = "compute" if compute >= producer else "input"
-    if inp.device_s is not None and inp.device_s * k > t:
-        t, bound = inp.device_s * k, "device"
-    return StepTime(t, compute, producer, stretch, _threads_wanted(inp) + loader_cores + inp.other_cores, bound)
+    wanted = _threads_wanted(inp) + loader_cores + inp.other_cores
+    return _device_bound(inp, StepTime(t, compute, producer, stretch, wanted, bound))
+
+
+def _device_bound(inp: StepInputs, st: StepTime) -> StepTime:
+    """On a GPU the host cannot run ahead of the device by more than its launch queue: the step is at
+    least the device's busy time."""
+    if inp.device_s is not None and inp.device_s * inp.batch_scale > st.step_s:
+        return dataclasses.replace(st, step_s=inp.device_s * inp.batch_scale, bound="device")
+    return st
 
 
 def calibrated(inp: StepInputs) -> StepInputs:
