@@ -64,6 +64,13 @@ def machine_load(record: RunRecord, summary: StepSummary, host: HostSummary | No
     busy_share = None
     if host.cpu_system_pct is not None:
         busy_share = min(1.0, host.cpu_system_pct / 100.0 * total / cores)
+        machine_cores = host.cpu_system_pct / 100.0 * total
+        own = (main or 0.0) + (workers or 0.0)
+        if own > machine_cores > 0:
+            # The job cannot have used more CPU than the whole machine: per-process and machine
+            # counters are read at slightly different instants; the machine's total bounds both.
+            main = main * machine_cores / own if main is not None else None
+            workers = workers * machine_cores / own if workers is not None else None
     threads_busy = None
     compute = sum(summary.phase_s(p) for p in COMPUTE_PHASES)
     step = summary.step_time_mean_s

@@ -50,6 +50,11 @@ FLOP_COUNT_STEP = 2
 RECENT_STEPS_REBUILT = 64
 # Host samples in a periodic record: an hour at 10 Hz thinned ~9:1; the final record keeps all.
 PERIODIC_HOST_SAMPLES = 4096
+# The precision probe times the step's own GEMM shapes that hold this share of its matmul FLOPs,
+# at most this many: the rest is a long tail whose rate follows the large ones, and each shape costs
+# probe time.
+GEMM_FLOP_SHARE = 0.9
+GEMM_SHAPES_MAX = 6
 
 
 class StopRun(BaseException):
@@ -177,6 +182,7 @@ class DoctorSession:
         self.config.aten_ops_by_phase = dict(counter.ops)
         self.config.flops_by_phase = dict(counter.flops)
         self.config.flops_per_step = sum(v for k, v in counter.flops.items() if k != "data_wait")
+        self.config.gemm_shapes = counter.top_gemms(GEMM_FLOP_SHARE, GEMM_SHAPES_MAX)
 
     def _profile_step(self, index: int) -> None:
         n = self.options.profile_steps
@@ -274,7 +280,7 @@ class DoctorSession:
         from stave.monitor.probes import run_probes
 
         threads = self.config.torch_threads or torch.get_num_threads()
-        return run_probes(threads, dev.resolve_device(None))
+        return run_probes(threads, dev.resolve_device(None), gemm_shapes=self.config.gemm_shapes)
 
     # --- the record ----------------------------------------------------------------------------------
 

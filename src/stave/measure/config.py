@@ -97,3 +97,6 @@ class ConfigSnapshot:
     aten_ops_per_step: int | None = None
     aten_ops_by_phase: dict[str, int] = field(default_factory=dict)
     flops_by_phase: dict[str, int] = field(default_factory=dict)
+    # The step's own matrix products (convolutions as their im2col GEMM) holding most of its
+    # matmul FLOPs: [batch, m, n, k, flops_per_step] each; the precision probe times these shapes.
+    gemm_shapes: list[list[int]] = field(default_factory=list)

@@ -68,6 +68,12 @@ class ProbeResults:
     # FLOP/s of the bf16 probe's fp32 matmul: turns the step's counted matmul/conv FLOPs into the
     # time autocast can shorten (the rest of forward/backward stays fp32).
     fp32_matmul_flops_per_s: float | None = None
+    # "own_shapes": the bf16 ratio and fp32 rate come from the step's own GEMM shapes, weighted by
+    # their count per step; "generic": one square GEMM (a compiled model's shapes are not counted).
+    bf16_probe_source: str = "generic"
+    bf16_probe_shapes: list[list[int]] = field(default_factory=list)
+    # The probe's pairs spread beyond what a quiet core shows even after a repeat: other load.
+    bf16_probe_disturbed: bool = False
 
 
 @dataclass

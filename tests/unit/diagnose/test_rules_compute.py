@@ -123,8 +123,9 @@ def test_small_batch_with_accumulation_prices_the_micro_batch():
     assert f is not None
     assert f.evidence["micro_batches_per_step"] == 4
     assert "accumulation_steps = 1" in f.fix and "lr = base_lr" not in f.fix
-    # Same samples per step: only the dispatch (2.25 ms) shrinks 4x; the optimizer stays.
-    assert f.est_speedup == pytest.approx(14 / (14 - 2.25 * 0.75), rel=0.03)
+    # Same samples per step: only the dispatch (2.25 ms) shrinks 4x; the optimizer stays. The bare
+    # saving is the bound; the loader's CPU over a shorter step then competes a little more.
+    assert 1.05 < f.est_speedup <= 14 / (14 - 2.25 * 0.75) + 1e-3
 
 
 def test_small_batch_counts_op_bound_compute_as_fixed():
@@ -171,9 +172,25 @@ def test_mixed_precision_fires_with_measured_ratio():
     f = run_rule("NO_MIXED_PRECISION", bf16_record())
     assert f is not None
     assert 'torch.autocast("cpu", dtype=torch.bfloat16)' in f.fix
-    # forward+backward ~88 ms less 750 ops x 3 us of dispatch, halved.
+    # forward+backward ~88 ms less 750 ops x 3 us of dispatch, halved: 1.76x if nothing else moved.
+    # In the step model the loader workers' 0.4 core then takes a larger share of the two cores
+    # (the same loading over a shorter step), so the estimate is lower, and still well above 1.
     fb = 0.0888
-    assert f.est_speedup == pytest.approx(0.1 / (0.1 - (fb - 0.00225) / 2), rel=0.03)
+    bare = 0.1 / (0.1 - (fb - 0.00225) / 2)
+    assert 1.4 < f.est_speedup < bare
+    assert f.evidence["bf16_probe_source"] == "generic" and f.certain
+    assert f.evidence["model_inputs_changed"]["phase_speed"]["forward"] > 1.5
+
+
+def test_mixed_precision_from_own_shapes_and_a_disturbed_probe_is_not_certain():
+    rec = bf16_record()
+    rec.probes = probes(bf16_speedup=1.05, bf16_probe_source="own_shapes",
+                        bf16_probe_shapes=[[1, 4096, 128, 384, 10**9]])
+    # nanoGPT-like shapes where bf16 buys nothing: no finding, whatever a square GEMM would say.
+    assert run_rule("NO_MIXED_PRECISION", rec) is None
+    rec.probes = probes(bf16_speedup=2.0, bf16_probe_disturbed=True)
+    f = run_rule("NO_MIXED_PRECISION", rec)
+    assert f is not None and not f.certain and "disturbed" in f.explanation
 
 
 def test_mixed_precision_bounded_by_counted_flops_at_probe_rate():
