@@ -30,6 +30,7 @@ from stave.capture.hooks_copies import CopyHooks
 from stave.capture.hooks_loader import LoaderHooks
 from stave.capture.hooks_loop import LoopHooks
 from stave.capture.loader_stats import read_worker_files
+from stave.capture.compile_stats import CompileStats, read_compile_stats
 from stave.capture.op_counter import OpCounter
 from stave.capture.steps import StepTracker
 from stave.files import atomic_write_json
@@ -116,6 +117,7 @@ class DoctorSession:
         self._model: torch.nn.Module | None = None
         self._autocast_seen = False
         self._counter: OpCounter | None = None
+        self._compile_at_warmup: CompileStats | None = None
         self._profile: Any = None
         self.profile_trace_path: str | None = None
         self._started = False
@@ -166,11 +168,23 @@ class DoctorSession:
                 self._finish_counter()
         if index == self.warmup - 1 or (self.warmup == 0 and index == 0):
             config_probe.global_settings(self.config)
+            self._compile_at_warmup = read_compile_stats()
         self._profile_step(index)
         if self.on_step is not None:
             self.on_step(index, self)
         if self.options.steps is not None and index + 1 >= self.options.steps:
             raise StopRun()
+
+    def _note_compiles(self) -> None:
+        """Frames compiled and compile seconds after warm-up (recompiles in the counted steps)."""
+        end = read_compile_stats()
+        if end is None:
+            return
+        start = self._compile_at_warmup
+        self.config.compile_frames = end.frames
+        self.config.compile_frames_counted = end.frames - (start.frames if start else 0)
+        self.config.compile_s_counted = max(0.0, end.compile_s - (start.compile_s if start else 0.0))
+        self.config.recompile_reasons = end.reasons
 
     def _finish_counter(self) -> None:
         counter, self._counter = self._counter, None
@@ -265,6 +279,7 @@ class DoctorSession:
         # this synchronization costs them nothing.
         dev.synchronize()
         self.tracker.finish()
+        self._note_compiles()
         if self.config.torch_threads is None:
             config_probe.global_settings(self.config)
         self._record = self._build_record(main_stats)
