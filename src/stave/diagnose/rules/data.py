@@ -16,7 +16,7 @@ from stave.analyze.host import summarize_host
 from stave.analyze.loading import LoadingBound, loading_bound
 from stave.analyze.pipeline import StageCost
 from stave.analyze.step_inputs import step_inputs
-from stave.analyze.step_model import estimate, pipelined_step_s, speedup
+from stave.analyze.step_model import estimate
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
@@ -104,8 +104,12 @@ def data_io_bound(inp: DoctorInput) -> Finding | None:
         "#   stave pack DATA_DIR packed/\n"
         f"loader = stave.data.ImageLoader('packed/', batch_size={pipe.loader.batch_size}, workers={min(workers, lb.cores_available)})"
     )
+    model = step_inputs(inp.record, inp.summary, host)
+    if model is None:
+        return None
     if workers > lb.workers:
-        t_new = pipelined_step_s(lb.compute_wall_s, lb.compute_cpu_s, lb.load_wall_s, lb.load_cpu_s, workers, lb.cores_available)
+        # More reads in flight: the model's producer time divides the blocked time over more workers.
+        after = model.changed(workers=workers, load_extra_s=0.0 if model.workers == 0 else model.load_extra_s)
         evidence["suggested_workers"] = workers
         fix = (
             f"# {workers} workers keep {workers} reads in flight; blocked workers use no CPU.\n"
@@ -115,9 +119,12 @@ def data_io_bound(inp: DoctorInput) -> Finding | None:
     else:
         # Already as many workers as is sensible: only fewer, larger reads help. Packed shards are
         # read from the page cache, so the blocked part of loading goes and its CPU part stays.
-        t_new = pipelined_step_s(lb.compute_wall_s, lb.compute_cpu_s, lb.load_cpu_s, lb.load_cpu_s, lb.workers, lb.cores_available)
+        after = model.changed(load_blocked_s=0.0)
         fix = pack
-    est = speedup(lb.step_s, t_new)
+    evidence["model_inputs_changed"] = {k: [getattr(model, k), getattr(after, k)]
+                                        for k in ("workers", "load_blocked_s", "load_extra_s")
+                                        if getattr(model, k) != getattr(after, k)}
+    est = estimate(model, after, lb.step_s)
     if est < REPORT_MIN_SPEEDUP:
         return None
     opens = pipe.opens_per_sample
