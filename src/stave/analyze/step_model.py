@@ -224,6 +224,32 @@ def estimate(before: StepInputs, after: StepInputs, measured_step_s: float) -> f
     return max(1.0, measured / max(t_after_matched, 1e-12) * per_sample_gain)
 
 
+def without_phase_time(inp: StepInputs, saved_s: dict[str, float]) -> StepInputs:
+    """The inputs with ``saved_s`` seconds taken off each named phase (a fix that removes work:
+    a stall, a sync wait, Python in the loop, a slower copy).
+
+    The data wait is not an input but what the loader leaves: time saved there comes off the
+    loading (the main thread's extra, then blocked, then CPU time; with workers, the blocked time
+    of each batch, which the workers share).
+    """
+    phases = dict(inp.phases_s)
+    out = inp
+    for phase, saved in saved_s.items():
+        saved = max(saved, 0.0)
+        if phase != "data_wait":
+            phases[phase] = max(0.0, phases.get(phase, 0.0) - saved)
+            continue
+        if inp.workers > 0:
+            out = out.changed(load_blocked_s=max(0.0, out.load_blocked_s - saved * inp.workers))
+            continue
+        extra = min(out.load_extra_s, saved)
+        blocked = min(out.load_blocked_s, saved - extra)
+        cpu = min(out.load_cpu_s, saved - extra - blocked)
+        out = out.changed(load_extra_s=out.load_extra_s - extra, load_blocked_s=out.load_blocked_s - blocked,
+                          load_cpu_s=out.load_cpu_s - cpu)
+    return out.changed(phases_s=phases)
+
+
 # --- the single-phase forms most findings need ------------------------------------------------------
 
 

@@ -244,7 +244,10 @@ def test_python_overhead_names_the_loop_line():
     t = sum((2.0, 20.0, 30.0, 3.0, 45.0)) / 1e3
     replay = 0.010 * 4000 / 4100
     assert f.evidence["backward_replay_s"] == pytest.approx(replay, rel=0.01)
-    assert f.est_speedup == pytest.approx(t / (t - 0.045 - replay), rel=0.03)
+    # The bare saving is the bound; in the step model the loader's 0.4 core of loading then falls
+    # into a shorter step and takes a little more of the two cores.
+    bare = t / (t - 0.045 - replay)
+    assert 0.85 * bare < f.est_speedup <= bare + 1e-3
 
 
 def test_python_overhead_counts_the_backward_it_causes_toward_the_threshold():
@@ -267,7 +270,7 @@ def test_python_overhead_without_stack_samples_reports_the_time_alone():
     assert f.lines == []
     assert f.evidence["stack_samples_in_other"] == 0
     t = sum((2.0, 20.0, 30.0, 3.0, 45.0)) / 1e3
-    assert f.est_speedup == pytest.approx(t / (t - 0.045), rel=0.03)
+    assert 0.9 * t / (t - 0.045) < f.est_speedup <= t / (t - 0.045) + 1e-3  # bound, as above
     assert "--flamegraph" in f.fix
     # ...and only when 'other' alone is a large share of the step.
     assert run_rule("PYTHON_OVERHEAD", loop_record(with_stacks=False, other_ms=8.0)) is None

@@ -18,7 +18,7 @@ from stave.analyze.step_model import StepInputs, amortized_speedup, estimate, ph
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, dataloader_call, is_gpu, make_finding
+from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, dataloader_call, is_gpu, make_finding, saving_speedup
 
 # fp64 math runs at most half the fp32 rate: a SIMD register holds half as many fp64 values, and
 # GPUs have 1/2 (datacenter) down to 1/64 (consumer) of their fp32 rate. 2x is the least it costs.
@@ -145,7 +145,8 @@ def batch_dtype(inp: DoctorInput) -> Finding | None:
     share = summary.breakdown.get("h2d", 0.0)
     if not images or share < H2D_MIN_SHARE:
         return None
-    est = speedup(summary.step_time_median_s, scale_phases(summary, {"h2d": FLOAT32_TO_UINT8_BYTES}))
+    est = saving_speedup(inp, {"h2d": phase_s(summary, "h2d") * (1.0 - 1.0 / FLOAT32_TO_UINT8_BYTES)},
+                         summary.step_time_median_s)
     if est < REPORT_MIN_SPEEDUP:
         return None
     return make_finding(

@@ -15,7 +15,7 @@ from stave.analyze.step_model import phase_s, speedup
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.diagnose.rules._helpers import LINE_MIN_SHARE, REPORT_MIN_SPEEDUP, counted_indices, make_finding
+from stave.diagnose.rules._helpers import LINE_MIN_SHARE, REPORT_MIN_SPEEDUP, counted_indices, make_finding, saving_speedup
 
 # The loop's Python and the backward work it causes take at least this share of the step (the
 # issue's bound for the 'other' part of an honest breakdown); below it they are the loop's own
@@ -55,7 +55,7 @@ def _unattributed(inp: DoctorInput, other: float, samples: int) -> Finding | Non
     t = inp.summary.step_time_median_s
     if other / t < MIN_SHARE:
         return None
-    est = speedup(t, t - other)
+    est = saving_speedup(inp, {"other": other}, t)
     if est < REPORT_MIN_SPEEDUP:
         return None
     return make_finding(
@@ -114,7 +114,7 @@ def python_overhead(inp: DoctorInput) -> Finding | None:
         "aten_ops_in_forward": record.config.aten_ops_by_phase.get("forward"),
         "backward_replay_s": replay,
     }
-    est = speedup(t, t - saved)
+    est = saving_speedup(inp, {"other": other * hot_share, "backward": replay or 0.0}, t)
     if est < REPORT_MIN_SPEEDUP:
         return None
     top = lines[0]
