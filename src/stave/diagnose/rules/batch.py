@@ -14,7 +14,7 @@ import math
 
 from stave.analyze.pipeline import main_loader, summarize_pipeline
 from stave.analyze.step_inputs import PIN_COPY_BYTES_PER_S, step_inputs
-from stave.analyze.step_model import StepInputs, amortized_speedup, estimate, phase_s, scale_phases, speedup
+from stave.analyze.step_model import StepInputs, estimate, phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from stave.analyze.loading import epoch_start_steps
 from stave.analyze.stats import median
-from stave.analyze.step_model import speedup
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput

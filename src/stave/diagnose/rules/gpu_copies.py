@@ -10,7 +10,7 @@ step's critical path entirely.
 from __future__ import annotations
 
 from stave.analyze.pipeline import main_loader
-from stave.analyze.step_model import phase_s, speedup
+from stave.analyze.step_model import phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput

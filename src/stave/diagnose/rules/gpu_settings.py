@@ -9,7 +9,7 @@ the GPU's utilization.
 from __future__ import annotations
 
 from stave.analyze.host import summarize_host
-from stave.analyze.step_model import phase_s, speedup
+from stave.analyze.step_model import phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from stave.analyze.host import summarize_host
 from stave.analyze.hotlines import seconds_at_lines
-from stave.analyze.step_model import speedup
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput

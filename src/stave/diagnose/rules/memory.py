@@ -13,7 +13,7 @@ from stave.analyze.host import HostSummary, summarize_host
 from stave.analyze.loading import loading_bound
 from stave.analyze.trend import MemoryTrend, memory_trend
 from stave.analyze.step_inputs import step_inputs
-from stave.analyze.step_model import estimate, speedup
+from stave.analyze.step_model import estimate
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from stave.analyze.hotlines import hot_lines
 from stave.analyze.outliers import find_outliers
-from stave.analyze.step_model import phase_s, speedup
+from stave.analyze.step_model import phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput

@@ -11,7 +11,6 @@ import math
 
 from stave.analyze.hotlines import hot_lines
 from stave.analyze.outliers import find_outliers
-from stave.analyze.step_model import speedup
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
