@@ -58,6 +58,8 @@ class StepInputs:
     of the measured wait beyond the samples' loading (sampler, fetch, collate overhead).
     ``load_queue_per_cpu``: seconds the loading sat runnable waiting for a core per CPU-second
     (schedstat run_delay), measured under ``stretch_measured``; it scales with the stretch.
+    ``wait_exposed_s``: with workers, the data wait their steady output does not explain (epoch
+    starts, the main thread's unpickling of each batch, jitter): added to the step, not hidden.
     ``pin_cpu_s``: CPU-seconds of the pin-memory thread. ``other_cores``: cores held by processes
     outside the job. ``cores``: usable cores (affinity, cgroup quota).
     ``oversubscription_penalty``: the thread probe's measured slowdown of threads > cores (1: none).
@@ -74,6 +76,7 @@ class StepInputs:
     load_blocked_s: float = 0.0
     load_extra_s: float = 0.0
     load_queue_per_cpu: float = 0.0
+    wait_exposed_s: float = 0.0
     pin_cpu_s: float = 0.0
     other_cores: float = 0.0
     oversubscription_penalty: float = 1.0
@@ -177,7 +180,8 @@ def step_time(inp: StepInputs) -> StepTime:
         t = max(compute, producer)
     bound = "compute" if compute >= producer else "input"
     wanted = _threads_wanted(inp) + loader_cores + inp.other_cores
-    return _device_bound(inp, StepTime(t, compute, producer, stretch, wanted, bound))
+    st = StepTime(t + inp.wait_exposed_s, compute, producer, stretch, wanted, bound)
+    return _device_bound(inp, st)
 
 
 def _device_bound(inp: StepInputs, st: StepTime) -> StepTime:
@@ -190,20 +194,19 @@ def _device_bound(inp: StepInputs, st: StepTime) -> StepTime:
 
 def calibrated(inp: StepInputs) -> StepInputs:
     """The inputs matched to the measured run: ``stretch_measured`` set to the stretch the model sees
-    in it, and, when the step waited for data longer than the workers' own accounts explain, the
-    unexplained part of the wait given to the loader as blocked time (latency that more workers
-    overlap and cheaper CPU work does not shorten: IPC, shared memory, a lock the accounts miss).
+    in it, and, when the step waited for data longer than the workers' steady output explains, that
+    part of the wait set as ``wait_exposed_s`` (epoch starts, the main thread's side of each fetch,
+    jitter), so that the unchanged inputs give back the measured step.
     """
     out = inp.changed(stretch_measured=1.0, threads_measured=inp.compute_threads)
     for _ in range(FIXED_POINT_ROUNDS):
         # The stretch depends on the step time, which depends on the stretch taken out: settle both.
         out = out.changed(stretch_measured=step_time(out).stretch)
     if out.workers > 0:
-        # Only the unexplained part of the measured wait goes to the loader: a compute-bound step's
-        # small jitter wait stays unexplained (kept as is by `estimate`), not a loader bound.
+        # The part of the measured wait the workers' steady output does not explain is exposed wait.
         gap = min(sum(out.phases_s.values()) - step_time(out).step_s, out.phases_s.get("data_wait", 0.0))
         if gap > 0:
-            out = out.changed(load_blocked_s=out.load_blocked_s + gap * out.workers)
+            out = out.changed(wait_exposed_s=gap)
     return out
 
 
@@ -229,8 +232,8 @@ def without_phase_time(inp: StepInputs, saved_s: dict[str, float]) -> StepInputs
     a stall, a sync wait, Python in the loop, a slower copy).
 
     The data wait is not an input but what the loader leaves: time saved there comes off the
-    loading (the main thread's extra, then blocked, then CPU time; with workers, the blocked time
-    of each batch, which the workers share).
+    loading (the main thread's extra, then blocked, then CPU time; with workers, the exposed wait,
+    then the blocked time of each batch, which the workers share).
     """
     phases = dict(inp.phases_s)
     out = inp
@@ -240,7 +243,9 @@ def without_phase_time(inp: StepInputs, saved_s: dict[str, float]) -> StepInputs
             phases[phase] = max(0.0, phases.get(phase, 0.0) - saved)
             continue
         if inp.workers > 0:
-            out = out.changed(load_blocked_s=max(0.0, out.load_blocked_s - saved * inp.workers))
+            exposed = min(out.wait_exposed_s, saved)
+            out = out.changed(wait_exposed_s=out.wait_exposed_s - exposed,
+                              load_blocked_s=max(0.0, out.load_blocked_s - (saved - exposed) * inp.workers))
             continue
         extra = min(out.load_extra_s, saved)
         blocked = min(out.load_blocked_s, saved - extra)

@@ -80,3 +80,17 @@ def test_a_phase_speed_factor_shrinks_only_that_phase():
 def test_device_time_bounds_a_gpu_step():
     gpu = model(gpu=True, device_s=0.2)
     assert step_time(gpu).bound == "device" and step_time(gpu).step_s == pytest.approx(0.2)
+
+
+def test_a_wait_the_workers_output_does_not_explain_is_exposed_and_removable():
+    # Workers that keep up (0.02 s a batch against 0.1 s of compute), yet the step waited 0.03 s:
+    # epoch starts, say. The model adds it to the step; a fix that removes the wait removes it.
+    phases = {**COMPUTE, "data_wait": 0.03}
+    inp = model(cores=8.0, compute_threads=1.0, workers=2, load_cpu_s=0.04, phases_s=phases)
+    assert inp.wait_exposed_s == pytest.approx(0.03)
+    assert step_time(inp).step_s == pytest.approx(0.13)
+    from stave.analyze.step_model import without_phase_time
+
+    assert estimate(inp, without_phase_time(inp, {"data_wait": 0.03}), 0.13) == pytest.approx(1.3, rel=1e-3)
+    # More workers do not touch it: it is not the workers' steady output.
+    assert estimate(inp, inp.changed(workers=4), 0.13) == pytest.approx(1.0)

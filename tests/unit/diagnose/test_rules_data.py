@@ -26,19 +26,21 @@ def data_bound_steps(wait_ms: float = 60.0):
 
 
 def io_record(run_delay_us: float | None = 100.0, cpu_system_pct: float | None = 60.0, procs_running=2,
-              **worker_kw):
-    """Two workers, 4 ms per sample of which 0.3 ms on-CPU: blocked on reads."""
+              wall_us: float = 4000.0, **worker_kw):
+    """Two workers, 4 ms per sample (``wall_us``) of which 0.3 ms on-CPU: blocked on reads."""
     steps = data_bound_steps()
     kw = {"opens": 2.0, "read_calls": 4.0, "read_chars": 8192.0, **worker_kw}
     return healthy_record(
         steps=steps,
         host=host_series(steps, cpu_system_pct=cpu_system_pct, cpu_main_pct=60.0, procs_running=procs_running),
-        workers=[worker(i, PER_WORKER, 4000.0, 300.0, run_delay_us=run_delay_us, **kw) for i in range(2)],
+        workers=[worker(i, PER_WORKER, wall_us, 300.0, run_delay_us=run_delay_us, **kw) for i in range(2)],
     )
 
 
 def test_io_bound_fires_with_more_workers_and_evidence():
-    f = run_rule("DATA_IO_BOUND", io_record())
+    # 6.25 ms a sample: two workers deliver a batch of 32 every 100 ms, the measured step (60 ms
+    # wait, 40 ms compute), so the step model explains the whole wait by the loader.
+    f = run_rule("DATA_IO_BOUND", io_record(wall_us=6250.0))
     assert f is not None
     assert f.evidence["loading_blocked_share"] > 0.8
     assert f.evidence["opens_per_sample"] == pytest.approx(2.0)

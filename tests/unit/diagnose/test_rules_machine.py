@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 
 from synth_records import (
     BATCH,
@@ -117,3 +118,18 @@ def test_batch_dtype_float64_is_priced_in_the_loading_for_a_float32_model():
     quiet = healthy_record(config=dataclasses.replace(rec.config, torch_threads=1))
     g = run_rule("BATCH_DTYPE", quiet)
     assert g is not None and g.est_speedup < f.est_speedup
+
+
+def test_an_uncertain_finding_says_so_in_the_terminal_and_html_views():
+    from rich.console import Console
+
+    from stave.report.findings_view import UNCERTAIN_NOTE, findings_html, findings_renderable
+
+    found = run_all(busy_record(other_cores=1.9))
+    uncertain = [f for f in found if not f.certain]
+    if not uncertain:  # the baseline job has no timing finding of its own: make one uncertain
+        uncertain = [dataclasses.replace(found[0], certain=False)]
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(findings_renderable(uncertain))
+    assert UNCERTAIN_NOTE in console.export_text()
+    assert "less certain" in findings_html(uncertain)
