@@ -149,9 +149,18 @@ def _compute_s(inp: StepInputs, stretch: float) -> float:
     return per_step * stretch
 
 
-def _loading_s(inp: StepInputs, load_cpu_s: float, stretch: float) -> float:
-    """On-CPU loading plus its wait for a core: the measured wait per CPU-second, scaled by the stretch."""
-    return load_cpu_s * (1.0 + inp.load_queue_per_cpu * stretch / max(inp.stretch_measured, 1e-9))
+def _loading_s(inp: StepInputs, load_cpu_s: float, stretch: float | None) -> float:
+    """Wall time of the loading's CPU part: its CPU plus its wait for a core.
+
+    In the main thread (``stretch`` None) the loading runs while the compute threads wait, so it
+    keeps its measured wait per CPU-second. In workers it runs beside the compute: the measured
+    wall per CPU-second (the run_delay counter, or the fair-share stretch where that is larger or
+    hidden) scales with the stretch the fix leads to.
+    """
+    measured_per_cpu = 1.0 + inp.load_queue_per_cpu
+    if stretch is None:
+        return load_cpu_s * measured_per_cpu
+    return load_cpu_s * max(measured_per_cpu, inp.stretch_measured) * stretch / max(inp.stretch_measured, 1e-9)
 
 
 def step_time(inp: StepInputs) -> StepTime:
@@ -165,7 +174,7 @@ def step_time(inp: StepInputs) -> StepTime:
         compute0 = _compute_s(inp, 1.0)
         stretch = stretch_for(inp, pin / max(compute0, 1e-9))
         compute = compute0 * stretch
-        load = _loading_s(inp, load_cpu, 1.0) + blocked + inp.load_extra_s * k
+        load = _loading_s(inp, load_cpu, None) + blocked + inp.load_extra_s * k
         st = StepTime(compute + load, compute, load, stretch, _threads_wanted(inp) + inp.other_cores, "serial")
         return _device_bound(inp, st)
     t = _compute_s(inp, 1.0) + (load_cpu + blocked) / inp.workers

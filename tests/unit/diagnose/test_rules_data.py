@@ -260,3 +260,18 @@ def test_costly_or_file_backed_samples_still_get_workers():
         f = run_rule("DATA_CPU_BOUND", rec)
         assert f is not None and "BatchSampler" not in f.fix
         assert "num_workers=2" in f.fix
+
+
+def test_cpu_bound_does_not_advise_workers_where_the_compute_already_uses_every_core():
+    # Main-process loading of 96 ms beside 34 ms of compute that keeps both cores busy (the trainer
+    # at 200% during compute, the machine saturated): workers would take their cores from the
+    # compute, so the step model gives them little, far below the naive "hide the loading" 130/34.
+    rec = cpu_record()
+    rec.host = host_series(rec.steps, cpu_main_pct=190.0, cpu_workers_pct=0.0, cpu_system_pct=100.0)
+    busy = run_rule("DATA_CPU_BOUND", rec)
+    quiet = run_rule("DATA_CPU_BOUND", cpu_record())
+    assert quiet is not None
+    if busy is not None:
+        assert busy.evidence["compute_threads"] > quiet.evidence["compute_threads"]
+        assert busy.est_speedup < quiet.est_speedup
+        assert busy.est_speedup < 0.130 / 0.034 / 2
