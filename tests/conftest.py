@@ -47,7 +47,6 @@ def stave_env() -> dict[str, str]:
     """Environment for running `python -m stave` in a subprocess from the source tree."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO_ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("OMP_NUM_THREADS", "2")
     return env
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.doctor_estimates import PLANTED, PlantedCase
-from stave.diagnose.finding import severity_for_speedup
+from stave.diagnose.finding import MACHINE_IDS, severity_for_speedup
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -24,13 +24,11 @@ INPUT_PIPELINE_IDS = {"DATA_IO_BOUND", "DATA_CPU_BOUND", "DATA_WORKER_STARTUP", 
 
 
 def run_doctor(case: PlantedCase, repo_root: Path, tmp_path: Path, python_exe: str, env: dict[str, str]) -> dict:
-    # One OpenMP thread: the suite shares its cores with other tests, and two OpenMP threads on busy
-    # cores make every op wait for a preempted thread (THREAD_OVERSUBSCRIPTION's own mechanism),
-    # slowing the small planted models tenfold and burying their planted cause. The oversubscription
-    # script sets its thread count itself.
-    # No GPU either: the planted causes and their expected ranking are the CPU mechanisms (on an H100
-    # the tiny-batch script's NO_COMPILE estimate edges past SMALL_BATCH: launch overhead dominates).
-    env = {**env, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    # torch's default threads, as a user runs it: nothing in the environment is fitted to the test.
+    # A machine shared with other tests is what MACHINE_BUSY is for (listed first when it holds).
+    # No GPU: the planted causes and their expected ranking are the CPU mechanisms (on an H100 the
+    # tiny-batch script's NO_COMPILE estimate edges past SMALL_BATCH: launch overhead dominates).
+    env = {**env, "CUDA_VISIBLE_DEVICES": ""}
     # The script runs as many steps as the doctor measures (its own default may be fewer), so the
     # stack samples behind a line-level finding are enough on a fast machine too.
     out = tmp_path / f"{case.name}.json"
@@ -47,7 +45,8 @@ def run_doctor(case: PlantedCase, repo_root: Path, tmp_path: Path, python_exe: s
 @pytest.mark.parametrize("case", [c for c in PLANTED if c.finding is not None], ids=lambda c: c.name)
 def test_planted_bottleneck_is_the_top_finding(case, repo_root, tmp_path, python_exe, stave_env):
     report = run_doctor(case, repo_root, tmp_path, python_exe, stave_env)
-    findings = report["findings"]
+    # Beside other busy processes the doctor says so first; the job's own top finding comes next.
+    findings = [f for f in report["findings"] if f["id"] not in MACHINE_IDS]
     ids = [f["id"] for f in findings]
     assert ids, f"{case.name}: no findings"
     assert ids[0] == case.finding, f"{case.name}: top finding {ids[0]}, all: {[(f['id'], f['est_speedup']) for f in findings]}"
@@ -65,6 +64,7 @@ def test_healthy_script_gets_no_pipeline_finding_and_no_warning(repo_root, tmp_p
     report = run_doctor(case, repo_root, tmp_path, python_exe, stave_env)
     findings = report["findings"]
     assert not [f["id"] for f in findings if f["id"] in INPUT_PIPELINE_IDS]
-    assert not [(f["id"], f["est_speedup"]) for f in findings if f["severity"] != "info"]
+    # Beside a busy process only MACHINE_BUSY may warn: nothing about the job.
+    assert not [(f["id"], f["est_speedup"]) for f in findings if f["severity"] != "info" and f["id"] not in MACHINE_IDS]
     # The breakdown is honest: 'other' (what no phase covers) stays small on a plain loop.
     assert report["summary"]["breakdown"]["other"] < 0.15

@@ -32,6 +32,7 @@ from stave.capture.hooks_copies import CopyHooks
 from stave.capture.hooks_loader import LoaderHooks
 from stave.capture.hooks_loop import LoopHooks
 from stave.capture.loader_stats import read_worker_files
+from stave.capture.compile_stats import CompileStats, read_compile_stats
 from stave.capture.op_counter import OpCounter
 from stave.capture.steps import StepTracker
 from stave.files import atomic_write_json
@@ -52,6 +53,11 @@ FLOP_COUNT_STEP = 2
 RECENT_STEPS_REBUILT = 64
 # Host samples in a periodic record: an hour at 10 Hz thinned ~9:1; the final record keeps all.
 PERIODIC_HOST_SAMPLES = 4096
+# The precision probe times the step's own GEMM shapes that hold this share of its matmul FLOPs,
+# at most this many: the rest is a long tail whose rate follows the large ones, and each shape costs
+# probe time.
+GEMM_FLOP_SHARE = 0.9
+GEMM_SHAPES_MAX = 6
 
 
 class StopRun(BaseException):
@@ -114,6 +120,7 @@ class DoctorSession:
         self._model: torch.nn.Module | None = None
         self._autocast_seen = False
         self._counter: OpCounter | None = None
+        self._compile_at_warmup: CompileStats | None = None
         self._profile: Any = None
         self.profile_trace_path: str | None = None
         self._started = False
@@ -169,11 +176,23 @@ class DoctorSession:
                 self._finish_counter()
         if index == self.warmup - 1 or (self.warmup == 0 and index == 0):
             config_probe.global_settings(self.config)
+            self._compile_at_warmup = read_compile_stats()
         self._profile_step(index)
         if self.on_step is not None:
             self.on_step(index, self)
         if self.options.steps is not None and index + 1 >= self.options.steps:
             raise StopRun()
+
+    def _note_compiles(self) -> None:
+        """Frames compiled and compile seconds after warm-up (recompiles in the counted steps)."""
+        end = read_compile_stats()
+        if end is None:
+            return
+        start = self._compile_at_warmup
+        self.config.compile_frames = end.frames
+        self.config.compile_frames_counted = end.frames - (start.frames if start else 0)
+        self.config.compile_s_counted = max(0.0, end.compile_s - (start.compile_s if start else 0.0))
+        self.config.recompile_reasons = end.reasons
 
     def _finish_counter(self) -> None:
         counter, self._counter = self._counter, None
@@ -187,6 +206,7 @@ class DoctorSession:
         self.config.flops_per_step = sum(v for k, v in counter.flops.items() if k != "data_wait")
         self.config.attention_flops_by_phase = dict(counter.attention_flops)
         self.config.sdpa_kernels = dict(counter.sdpa_kernels)
+        self.config.gemm_shapes = counter.top_gemms(GEMM_FLOP_SHARE, GEMM_SHAPES_MAX)
 
     def _profile_step(self, index: int) -> None:
         n = self.options.profile_steps
@@ -273,6 +293,7 @@ class DoctorSession:
         # this synchronization costs them nothing.
         dev.synchronize()
         self.tracker.finish()
+        self._note_compiles()
         if self.config.torch_threads is None:
             config_probe.global_settings(self.config)
         self._record = self._build_record(main_stats)
@@ -291,7 +312,7 @@ class DoctorSession:
 
         threads = self.config.torch_threads or torch.get_num_threads()
         device = dev.resolve_device(None)
-        probes = run_probes(threads, device)
+        probes = run_probes(threads, device, gemm_shapes=self.config.gemm_shapes)
         # The optimizer with most parameters: the one whose step the finding would change.
         optimizers = sorted(self.config.optimizers, key=lambda o: -o.params)
         if optimizers:

@@ -7,11 +7,12 @@ so in the log and in the returned notes), and ranks the result.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from stave.diagnose.finding import Finding, rank_findings
+from stave.diagnose.finding import MACHINE_IDS, Finding, rank_findings
 
 log = logging.getLogger(__name__)
 
@@ -76,4 +77,12 @@ def run_rules(kind: str, inp: Any, notes: list[str] | None = None) -> list[Findi
             findings.append(result)
         else:
             findings.extend(result)
-    return rank_findings(findings)
+    return rank_findings(mark_uncertain(findings))
+
+
+def mark_uncertain(findings: list[Finding]) -> list[Finding]:
+    """With a finding about the machine present, the timing-based findings (est > 1) are less certain."""
+    if not any(f.id in MACHINE_IDS for f in findings):
+        return findings
+    return [dataclasses.replace(f, certain=False) if f.id not in MACHINE_IDS and f.est_speedup > 1.0 else f
+            for f in findings]

@@ -15,6 +15,10 @@ WARNING_SPEEDUP = 1.1
 
 DOCS_BASE = "docs/findings"
 
+# Findings about the machine rather than the job: said first, since they change how every other
+# finding of the run reads (a busy machine slows the job without being its fault).
+MACHINE_IDS: tuple[str, ...] = ("MACHINE_BUSY",)
+
 
 def severity_for_speedup(est_speedup: float) -> str:
     """Map an estimated speedup to a severity (thresholds above, with their reasons)."""
@@ -39,6 +43,8 @@ class Finding:
     shrink it. 1.0 means the finding is about correctness or risk, not speed.
     ``evidence`` holds the measured numbers (seconds, bytes, fractions, counts) under names with units.
     ``fix`` is a concrete code change, tailored to this run where the measurements allow.
+    ``certain`` is False when the run's timings were disturbed (another process held the job's
+    cores: MACHINE_BUSY), so a timing-based estimate may not hold on a quiet machine.
     """
 
     id: str
@@ -51,6 +57,7 @@ class Finding:
     lines: list[str] = field(default_factory=list)
     rank: int | None = None
     source: str = "doctor"
+    certain: bool = True
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
@@ -77,6 +84,7 @@ class Finding:
             "docs": self.docs,
             "rank": self.rank,
             "source": self.source,
+            "certain": self.certain,
         }
 
 
@@ -90,14 +98,15 @@ def is_risk(finding: Finding) -> bool:
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """Order findings: critical risks first, then by estimated speedup, largest first.
+    """Order findings: the machine's first, then critical risks, then by estimated speedup, largest first.
 
     A critical risk (est_speedup 1.0: a leak that will end the run, a fork-unsafe handle that
     corrupts reads) matters more than any speedup: a faster run that crashes or learns from wrong
     data is worth nothing. Ties are broken by severity, then ID, so the order is stable.
     """
 
-    def key(f: Finding) -> tuple[int, float, int, str]:
-        return (0 if is_risk(f) else 1, -f.est_speedup, -_SEVERITY_ORDER[f.severity], f.id)
+    def key(f: Finding) -> tuple[int, int, float, int, str]:
+        return (0 if f.id in MACHINE_IDS else 1, 0 if is_risk(f) else 1, -f.est_speedup,
+                -_SEVERITY_ORDER[f.severity], f.id)
 
     return sorted(findings, key=key)

@@ -116,3 +116,12 @@ class ConfigSnapshot:
     framework: str | None = None
     framework_version: str | None = None
     framework_options: dict[str, str] = field(default_factory=dict)
+    # The step's own matrix products (convolutions as their im2col GEMM) holding most of its
+    # matmul FLOPs: [batch, m, n, k, flops_per_step] each; the precision probe times these shapes.
+    gemm_shapes: list[list[int]] = field(default_factory=list)
+    # torch.compile (only when the script imported dynamo): frames compiled and seconds compiling,
+    # in all and during the counted steps (after warm-up), and the first guard-failure reasons.
+    compile_frames: int | None = None
+    compile_frames_counted: int | None = None
+    compile_s_counted: float | None = None
+    recompile_reasons: list[str] = field(default_factory=list)

@@ -72,6 +72,12 @@ class ProbeResults:
     # run's optimizer had (monitor/optimizer_probe.py); [tensors, values per tensor] of that probe.
     optimizer_fused_ratio: float | None = None
     optimizer_probe: list[int] = field(default_factory=list)
+    # "own_shapes": the bf16 ratio and fp32 rate come from the step's own GEMM shapes, weighted by
+    # their count per step; "generic": one square GEMM (a compiled model's shapes are not counted).
+    bf16_probe_source: str = "generic"
+    bf16_probe_shapes: list[list[int]] = field(default_factory=list)
+    # The probe's pairs spread beyond what a quiet core shows even after a repeat: other load.
+    bf16_probe_disturbed: bool = False
 
 
 @dataclass

@@ -54,7 +54,13 @@ MAX_STARTUP_S = 2.0
 # Budget shares of the three probes (renormalized over those that run). The thread probe switches
 # thread pools, whose first calls after a switch are slow, so it gets as much as the bf16 probe.
 _SHARES = {"bf16": 0.45, "threads": 0.4, "overhead": 0.15}
-_SEED = 20240601  # the private generator's seed: fixed so the probe inputs are the same each run
+_SEED = 20240601
+# A shape's A/B pairs that differ by more than a quarter were disturbed: the same work timed back to
+# back varies by a few percent on a quiet core, so a larger spread means other load took the core.
+PROBE_SPREAD_MAX = 0.25
+# Operands above this many elements per matrix (64 Mi floats, 256 MB in fp32) are not built for a
+# probe: memory the user's job may need; such a GEMM is compute-bound and the generic probe speaks for it.
+MAX_PROBE_ELEMENTS = 64 * 1024 * 1024  # the private generator's seed: fixed so the probe inputs are the same each run
 
 
 def _timed(fn: Callable[[], object], device: torch.device, reps: int) -> float:
@@ -78,6 +84,8 @@ class RatioResult:
     size: int
     a_s: float
     b_s: float
+    # (largest - smallest) / median of the pair ratios: how much the machine moved under the probe.
+    spread: float = 0.0
 
 
 def _interleaved_ratio(
@@ -136,11 +144,14 @@ def _interleaved_ratio(
         pair_s = time.perf_counter() - t0
         if len(times_a) >= MIN_PAIRS and time.perf_counter() + pair_s > deadline:
             break
+    ratios = [ta / tb for ta, tb in zip(times_a, times_b)]
+    middle = statistics.median(ratios)
     return RatioResult(
-        ratio=statistics.median(ta / tb for ta, tb in zip(times_a, times_b)),
+        ratio=middle,
         size=size,
         a_s=statistics.median(times_a),
         b_s=statistics.median(times_b),
+        spread=(max(ratios) - min(ratios)) / middle if middle > 0 else 0.0,
     )
 
 
@@ -158,6 +169,71 @@ def _bf16_probe(device: torch.device, gen: torch.Generator, deadline: float) -> 
         return _matmul(size, torch.float32, device, gen), _matmul(size, torch.bfloat16, device, gen)
 
     return _interleaved_ratio(sizes, make, device, deadline)
+
+
+def _gemm(dims: list[int], dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> Callable[[], object]:
+    batch, m, n, k = (max(1, int(v)) for v in dims[:4])
+    shape_a = (batch, m, k) if batch > 1 else (m, k)
+    shape_b = (batch, k, n) if batch > 1 else (k, n)
+    a = torch.rand(shape_a, generator=gen, device=device, dtype=torch.float32).to(dtype)
+    b = torch.rand(shape_b, generator=gen, device=device, dtype=torch.float32).to(dtype)
+    return (lambda: torch.bmm(a, b)) if batch > 1 else (lambda: torch.mm(a, b))
+
+
+@dataclass(frozen=True)
+class OwnShapesResult:
+    """fp32 over bf16 time of the step's own GEMMs, each weighted by its count per step."""
+
+    ratio: float
+    fp32_flops_per_s: float
+    shapes: list[list[int]]
+    disturbed: bool
+
+
+def _own_shapes_probe(shapes: list[list[int]], device: torch.device, gen: torch.Generator,
+                      deadline: float) -> OwnShapesResult | None:
+    """Time each of the step's own GEMM shapes in fp32 and bf16 (interleaved) and combine them by
+    their share of the step: ``sum(count x t_fp32) / sum(count x t_bf16)``.
+
+    A shape whose pairs spread more than :data:`PROBE_SPREAD_MAX` is timed once more (the machine
+    moved under it); if it spreads again the result is marked ``disturbed``, never silently used.
+    """
+    usable = [s for s in shapes if len(s) >= 5 and s[4] > 0 and _prod_elems(s) <= MAX_PROBE_ELEMENTS]
+    if not usable:
+        return None
+    t32 = t16 = flops = 0.0
+    disturbed = False
+    timed: list[list[int]] = []
+    for i, dims in enumerate(usable):
+        slice_s = max(0.0, deadline - time.perf_counter()) / (len(usable) - i)
+        slice_end = time.perf_counter() + slice_s
+
+        def make(_size: int, dims: list[int] = dims) -> Pair:
+            return _gemm(dims, torch.float32, device, gen), _gemm(dims, torch.bfloat16, device, gen)
+
+        result = _interleaved_ratio((1,), make, device, slice_end)
+        if result is not None and result.spread > PROBE_SPREAD_MAX:
+            again = _interleaved_ratio((1,), make, device, time.perf_counter() + slice_s)
+            if again is not None and again.spread <= PROBE_SPREAD_MAX:
+                result = again
+            else:
+                disturbed = True
+        if result is None:
+            continue
+        batch, m, n, k, step_flops = (int(v) for v in dims[:5])
+        count = step_flops / (2.0 * batch * m * n * k)
+        t32 += count * result.a_s
+        t16 += count * result.b_s
+        flops += step_flops
+        timed.append(list(dims))
+    if t16 <= 0 or t32 <= 0:
+        return None
+    return OwnShapesResult(ratio=t32 / t16, fp32_flops_per_s=flops / t32, shapes=timed, disturbed=disturbed)
+
+
+def _prod_elems(dims: list[int]) -> int:
+    batch, m, n, k = (max(1, int(v)) for v in dims[:4])
+    return batch * max(m * k, k * n, m * n)
 
 
 def _threads_probe(torch_threads: int, cores: int, gen: torch.Generator, deadline: float) -> float | None:
@@ -198,10 +274,13 @@ def _overhead_probe(device: torch.device, deadline: float) -> float | None:
     return statistics.median(per_window) / OVERHEAD_OPS_PER_WINDOW
 
 
-def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float = 2.0) -> ProbeResults:
+def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float = 2.0,
+               gemm_shapes: list[list[int]] | None = None) -> ProbeResults:
     """Run the post-run probes within about ``budget_s`` seconds and return what they measured.
 
-    ``torch_threads`` is the thread count the script ran with. Probes that do not apply (bf16 on a
+    ``torch_threads`` is the thread count the script ran with; ``gemm_shapes`` the step's own
+    matrix products (``[batch, m, n, k, flops_per_step]``), which the precision probe times instead
+    of one generic GEMM when given. Probes that do not apply (bf16 on a
     CPU without native bf16, threads when the script did not oversubscribe) are left ``None``.
     """
     if budget_s <= 0:
@@ -228,12 +307,20 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                     continue
                 spent_share += _SHARES[name] / total_share
                 deadline = start + budget_s * spent_share
-                if name == "bf16":
+                own = _own_shapes_probe(gemm_shapes, device, gen, deadline) if name == "bf16" and gemm_shapes else None
+                if own is not None:
+                    out.bf16_speedup = own.ratio
+                    out.bf16_probe_source = "own_shapes"
+                    out.bf16_probe_shapes = own.shapes
+                    out.bf16_probe_disturbed = own.disturbed
+                    out.fp32_matmul_flops_per_s = own.fp32_flops_per_s
+                elif name == "bf16":
                     bf16 = _bf16_probe(device, gen, deadline)
                     if bf16 is not None:
                         out.bf16_speedup = bf16.ratio
                         out.bf16_probe_shape = [bf16.size] * 3
                         out.fp32_matmul_flops_per_s = 2 * bf16.size**3 / bf16.a_s
+                        out.bf16_probe_disturbed = bf16.spread > PROBE_SPREAD_MAX
                 elif name == "threads":
                     out.threads_speedup = _threads_probe(torch_threads, cores, cpu_gen, deadline)
                     out.threads_probe = [torch_threads, cores]

@@ -28,6 +28,9 @@ NO_FINDINGS = "No findings: nothing measured here points at a change worth makin
 SYNTAX_THEME = "ansi_dark"
 
 
+# Shown beside an estimate measured while other processes held the job's cores (MACHINE_BUSY).
+UNCERTAIN_NOTE = "(less certain: the machine was busy)"
+
 def _headline(index: int, finding: Finding) -> Text:
     text = Text()
     text.append(f"{index}. ")
@@ -36,6 +39,8 @@ def _headline(index: int, finding: Finding) -> Text:
     text.append(f"  est. {fmt_speedup(finding.est_speedup)}", style="bold")
     if finding.rank is not None:
         text.append(f"  (rank {finding.rank})")
+    if not finding.certain:
+        text.append(f"  {UNCERTAIN_NOTE}", style="dim")
     text.append(f"\n{finding.title}")
     return text
 
@@ -111,10 +116,11 @@ def finding_html(index: int, finding: Finding, docs_href: DocsHref | None = None
     esc = html.escape
     out = [f'<section class="finding sev-{esc(finding.severity)}" id="finding-{index}">']
     rank = f" <span class=\"rank\">rank {finding.rank}</span>" if finding.rank is not None else ""
+    uncertain = f' <span class="uncertain">{esc(UNCERTAIN_NOTE)}</span>' if not finding.certain else ""
     out.append(
         f'<h3><span class="num">{index}.</span> <span class="sev">{esc(finding.severity.upper())}</span> '
         f'<code>{esc(finding.id)}</code> <span class="speedup">est. {esc(fmt_speedup(finding.est_speedup))}</span>'
-        f"{rank}</h3>"
+        f"{rank}{uncertain}</h3>"
     )
     out.append(f'<p class="title">{esc(finding.title)}</p>')
     if finding.explanation:

@@ -27,7 +27,6 @@ def ladder_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Com
     out = tmp_path_factory.mktemp("ladder")
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("OMP_NUM_THREADS", "2")
     args = [
         "bench",
         "ladder",

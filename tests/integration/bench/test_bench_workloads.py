@@ -26,7 +26,6 @@ def test_workload_climbs_every_rung_with_quick(workload: str, tmp_path: Path) ->
         pytest.importorskip("skimage", reason="jpeg-resnet's images come from scikit-image: pip install 'stave[bench]'")
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("OMP_NUM_THREADS", "2")
     env["STAVE_BENCH_CACHE"] = str(tmp_path / "cache")  # jpeg-resnet generates and packs its images here
     out = tmp_path / "result.json"
     command = [sys.executable, "-m", "stave", "bench", "ladder", "--workload", workload, "--quick", "--json", str(out)]

@@ -10,7 +10,7 @@ from stave.analyze.hotlines import hot_lines, seconds_at_lines
 from stave.analyze.outliers import find_outliers
 from stave.analyze.pipeline import main_loader, summarize_pipeline
 from stave.analyze.trend import memory_trend
-from stave.analyze.whatif import amortized_speedup, pipelined_step_s, speedup
+from stave.analyze.step_model import speedup
 
 
 def test_pipeline_per_sample_costs_and_io_pattern():
@@ -83,12 +83,7 @@ def test_hot_lines_shares_include_samples_without_user_frames():
     assert seconds_at_lines(prof, {(SCRIPT, 55)}) == pytest.approx(STEPS * 0.002, rel=0.1)
 
 
-def test_whatif_models():
+def test_speedup_is_never_below_one():
+    # The step model's overlap, CPU budget and batch cases: tests/unit/analyze/test_step_model.py.
     assert speedup(1.0, 0.5) == 2.0
     assert speedup(1.0, 2.0) == 1.0 and speedup(1.0, 0.0) == 1.0
-    # Loading hidden, throughput-bound, and core-bound cases.
-    assert pipelined_step_s(0.05, 0.05, 0.08, 0.08, 4, 8) == pytest.approx(0.05)
-    assert pipelined_step_s(0.05, 0.05, 0.4, 0.0, 4, 8) == pytest.approx(0.1)
-    assert pipelined_step_s(0.05, 0.1, 0.2, 0.2, 4, 2) == pytest.approx(0.15)
-    assert amortized_speedup(0.5, 4) == pytest.approx(1 / (0.125 + 0.5))
-    assert amortized_speedup(0.5, 1) == 1.0

@@ -33,8 +33,12 @@ def test_threads_fires_with_probe_ratio_applied_to_compute():
     f = run_rule("THREAD_OVERSUBSCRIPTION", rec)
     assert f is not None
     assert "torch.set_num_threads(2)" in f.fix
-    # forward+backward+optimizer are ~94% of the step; halved: T' ~ 53 ms of 100.
-    assert f.est_speedup == pytest.approx(1 / (1 - 0.944 / 2), rel=0.03)
+    # The compute (~96% of the step) loses the probe's 2x penalty; the loader workers' 0.3 core
+    # still competes with the two threads left (the model's stretch 2.3 / 2), so the gain is less
+    # than the bare halving (1.9x) and more than none.
+    halved = 1 / (1 - 0.96 / 2)
+    assert 1.4 < f.est_speedup < halved
+    assert f.evidence["model_inputs_changed"]["compute_threads"] == [8, 2]
 
 
 def test_threads_without_probe_is_information_only():
@@ -72,7 +76,9 @@ def test_float64_batches_with_float64_model():
     assert f is not None
     assert f.evidence["model_param_dtype"] == "float64"
     assert "astype(np.float32)" in f.fix
-    assert f.est_speedup == pytest.approx(1 / (1 - 0.94 / 2), rel=0.03)
+    # Compute (~96% of the step) at twice the rate, less what the loader's 0.4 core still takes.
+    assert 1.4 < f.est_speedup < 1 / (1 - 0.96 / 2)
+    assert f.evidence["model_inputs_changed"]["phase_speed"]["forward"] == 2.0
 
 
 def test_float64_batches_cast_for_float32_model_on_cpu_is_information():
@@ -100,8 +106,26 @@ def test_small_batch_from_fixed_costs():
     # optimizer 5 ms + dispatch min(7 ms, 750 ops x 3 us) = 7.25 of 14 ms fixed.
     share = 7.25 / 14
     assert f.evidence["fixed_share"] == pytest.approx(share, rel=0.01)
-    assert f.est_speedup == pytest.approx(1 / (share / 4 + 1 - share), rel=0.01)
+    # The step model: fixed 7.25 ms stays, the 5.75 ms of per-sample compute grows 4x, and the 1 ms
+    # wait (prefetched batches, which the model does not explain) is kept as it is; per sample.
+    assert f.est_speedup == pytest.approx(4 * 14 / (7.25 + 5.75 * 4 + 1.0), rel=0.02)
+    assert f.est_speedup > 1 / (share / 4 + 1 - share)  # the data wait is not per sample
     assert "batch_size=128" in f.fix and "lr = base_lr * 4" in f.fix
+    assert f.evidence["model_inputs_changed"] == {"batch_scale": [1, 4]}
+
+
+def test_small_batch_with_accumulation_prices_the_micro_batch():
+    steps = tiny_steps()
+    for s in steps:
+        s.backward_calls = 4  # 4 micro-batches of 2 per optimizer step (8 samples per step)
+        s.samples = 8
+    f = run_rule("SMALL_BATCH", healthy_record(steps=steps, probes=probes()))
+    assert f is not None
+    assert f.evidence["micro_batches_per_step"] == 4
+    assert "accumulation_steps = 1" in f.fix and "lr = base_lr" not in f.fix
+    # Same samples per step: only the dispatch (2.25 ms) shrinks 4x; the optimizer stays. The bare
+    # saving is the bound; the loader's CPU over a shorter step then competes a little more.
+    assert 1.05 < f.est_speedup <= 14 / (14 - 2.25 * 0.75) + 1e-3
 
 
 def test_small_batch_counts_op_bound_compute_as_fixed():
@@ -148,9 +172,25 @@ def test_mixed_precision_fires_with_measured_ratio():
     f = run_rule("NO_MIXED_PRECISION", bf16_record())
     assert f is not None
     assert 'torch.autocast("cpu", dtype=torch.bfloat16)' in f.fix
-    # forward+backward ~88 ms less 750 ops x 3 us of dispatch, halved.
+    # forward+backward ~88 ms less 750 ops x 3 us of dispatch, halved: 1.76x if nothing else moved.
+    # In the step model the loader workers' 0.4 core then takes a larger share of the two cores
+    # (the same loading over a shorter step), so the estimate is lower, and still well above 1.
     fb = 0.0888
-    assert f.est_speedup == pytest.approx(0.1 / (0.1 - (fb - 0.00225) / 2), rel=0.03)
+    bare = 0.1 / (0.1 - (fb - 0.00225) / 2)
+    assert 1.4 < f.est_speedup < bare
+    assert f.evidence["bf16_probe_source"] == "generic" and f.certain
+    assert f.evidence["model_inputs_changed"]["phase_speed"]["forward"] > 1.5
+
+
+def test_mixed_precision_from_own_shapes_and_a_disturbed_probe_is_not_certain():
+    rec = bf16_record()
+    rec.probes = probes(bf16_speedup=1.05, bf16_probe_source="own_shapes",
+                        bf16_probe_shapes=[[1, 4096, 128, 384, 10**9]])
+    # nanoGPT-like shapes where bf16 buys nothing: no finding, whatever a square GEMM would say.
+    assert run_rule("NO_MIXED_PRECISION", rec) is None
+    rec.probes = probes(bf16_speedup=2.0, bf16_probe_disturbed=True)
+    f = run_rule("NO_MIXED_PRECISION", rec)
+    assert f is not None and not f.certain and "disturbed" in f.explanation
 
 
 def test_mixed_precision_bounded_by_counted_flops_at_probe_rate():
@@ -204,7 +244,10 @@ def test_python_overhead_names_the_loop_line():
     t = sum((2.0, 20.0, 30.0, 3.0, 45.0)) / 1e3
     replay = 0.010 * 4000 / 4100
     assert f.evidence["backward_replay_s"] == pytest.approx(replay, rel=0.01)
-    assert f.est_speedup == pytest.approx(t / (t - 0.045 - replay), rel=0.03)
+    # The bare saving is the bound; in the step model the loader's 0.4 core of loading then falls
+    # into a shorter step and takes a little more of the two cores.
+    bare = t / (t - 0.045 - replay)
+    assert 0.85 * bare < f.est_speedup <= bare + 1e-3
 
 
 def test_python_overhead_counts_the_backward_it_causes_toward_the_threshold():
@@ -227,7 +270,7 @@ def test_python_overhead_without_stack_samples_reports_the_time_alone():
     assert f.lines == []
     assert f.evidence["stack_samples_in_other"] == 0
     t = sum((2.0, 20.0, 30.0, 3.0, 45.0)) / 1e3
-    assert f.est_speedup == pytest.approx(t / (t - 0.045), rel=0.03)
+    assert 0.9 * t / (t - 0.045) < f.est_speedup <= t / (t - 0.045) + 1e-3  # bound, as above
     assert "--flamegraph" in f.fix
     # ...and only when 'other' alone is a large share of the step.
     assert run_rule("PYTHON_OVERHEAD", loop_record(with_stacks=False, other_ms=8.0)) is None

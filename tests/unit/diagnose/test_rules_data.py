@@ -26,19 +26,21 @@ def data_bound_steps(wait_ms: float = 60.0):
 
 
 def io_record(run_delay_us: float | None = 100.0, cpu_system_pct: float | None = 60.0, procs_running=2,
-              **worker_kw):
-    """Two workers, 4 ms per sample of which 0.3 ms on-CPU: blocked on reads."""
+              wall_us: float = 4000.0, **worker_kw):
+    """Two workers, 4 ms per sample (``wall_us``) of which 0.3 ms on-CPU: blocked on reads."""
     steps = data_bound_steps()
     kw = {"opens": 2.0, "read_calls": 4.0, "read_chars": 8192.0, **worker_kw}
     return healthy_record(
         steps=steps,
         host=host_series(steps, cpu_system_pct=cpu_system_pct, cpu_main_pct=60.0, procs_running=procs_running),
-        workers=[worker(i, PER_WORKER, 4000.0, 300.0, run_delay_us=run_delay_us, **kw) for i in range(2)],
+        workers=[worker(i, PER_WORKER, wall_us, 300.0, run_delay_us=run_delay_us, **kw) for i in range(2)],
     )
 
 
 def test_io_bound_fires_with_more_workers_and_evidence():
-    f = run_rule("DATA_IO_BOUND", io_record())
+    # 6.25 ms a sample: two workers deliver a batch of 32 every 100 ms, the measured step (60 ms
+    # wait, 40 ms compute), so the step model explains the whole wait by the loader.
+    f = run_rule("DATA_IO_BOUND", io_record(wall_us=6250.0))
     assert f is not None
     assert f.evidence["loading_blocked_share"] > 0.8
     assert f.evidence["opens_per_sample"] == pytest.approx(2.0)
@@ -142,9 +144,9 @@ def test_cpu_bound_still_reported_when_other_processes_hold_the_spare_core():
     f = run_rule("DATA_CPU_BOUND", rec)
     assert f is not None
     assert f.evidence["cores_available"] == pytest.approx(1.0)
-    assert f.evidence["est_speedup_with_other_load"] < 1.05
-    assert f.est_speedup == pytest.approx(run_rule("DATA_CPU_BOUND", cpu_record()).est_speedup, rel=0.01)
-    assert "once the other processes" in f.explanation
+    # The step model: the workers share the cores with the other process by fair share, so they
+    # still win some of it, but less than on a quiet machine.
+    assert 1.05 <= f.est_speedup < run_rule("DATA_CPU_BOUND", cpu_record()).est_speedup
 
 
 def test_cpu_bound_with_all_cores_busy_estimates_a_cheaper_stage_as_an_upper_bound():
@@ -258,3 +260,18 @@ def test_costly_or_file_backed_samples_still_get_workers():
         f = run_rule("DATA_CPU_BOUND", rec)
         assert f is not None and "BatchSampler" not in f.fix
         assert "num_workers=2" in f.fix
+
+
+def test_cpu_bound_does_not_advise_workers_where_the_compute_already_uses_every_core():
+    # Main-process loading of 96 ms beside 34 ms of compute that keeps both cores busy (the trainer
+    # at 200% during compute, the machine saturated): workers would take their cores from the
+    # compute, so the step model gives them little, far below the naive "hide the loading" 130/34.
+    rec = cpu_record()
+    rec.host = host_series(rec.steps, cpu_main_pct=190.0, cpu_workers_pct=0.0, cpu_system_pct=100.0)
+    busy = run_rule("DATA_CPU_BOUND", rec)
+    quiet = run_rule("DATA_CPU_BOUND", cpu_record())
+    assert quiet is not None
+    if busy is not None:
+        assert busy.evidence["compute_threads"] > quiet.evidence["compute_threads"]
+        assert busy.est_speedup < quiet.est_speedup
+        assert busy.est_speedup < 0.130 / 0.034 / 2

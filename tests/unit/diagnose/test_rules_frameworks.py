@@ -57,7 +57,10 @@ def test_padding_share_and_estimate_follow_the_formula():
     s = summarize_steps(rec.steps)
     t = s.step_time_median_s
     compute = (s.breakdown["forward"] + s.breakdown["backward"]) * t - 20 * 3000e-9
-    assert f.est_speedup == pytest.approx(t / (t - compute * (1 - left_longest)), rel=0.01)
+    closed_form = t / (t - compute * (1 - left_longest))
+    # Priced by the step model: the fewer tokens shrink forward+backward as in the closed form, but the
+    # loader's workers still have to feed each step, so the gain can only fall short of it, not pass it.
+    assert 1.5 < f.est_speedup <= closed_form * 1.01
     assert "DataCollatorWithPadding" in f.fix
 
 

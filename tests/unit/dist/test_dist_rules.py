@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -182,3 +183,26 @@ def test_occasional_descheduling_is_not_exposed_communication() -> None:
     shapes1 = [StepShape(100, fwd=20, bwd=70, opt=5, comm=w) for w in waits]
     shapes0 = [StepShape(100, fwd=20, bwd=70, opt=5, comm=50)] * 8
     assert rules.comm_exposed([record(0, shapes=shapes0), record(1, shapes=shapes1)]) is None
+
+
+def test_per_rank_file_shards_are_correct_use_not_no_distributed_sampler() -> None:
+    # Each rank reads its own shard of files with a plain sampler: the index streams are identical,
+    # but index 0 of rank 0's files is not index 0 of rank 1's: no finding.
+    perm = random.Random(0).sample(range(4096), 512)
+    recs = []
+    for r in (0, 1):
+        info = dataclasses.replace(loader(perm, epoch=4096, sampler="RandomSampler"),
+                                   dataset_paths=[f"/data/shard-{r}.bin"])
+        recs.append(record(r, loaders=[info]))
+    assert rules.no_distributed_sampler(recs) is None
+
+
+def test_same_files_prove_same_samples_and_in_memory_data_is_not_certain() -> None:
+    perm = random.Random(0).sample(range(4096), 512)
+    same = [record(r, loaders=[dataclasses.replace(loader(perm, epoch=4096, sampler="RandomSampler"),
+                                                   dataset_paths=["/data/train.bin"])]) for r in (0, 1)]
+    f = rules.no_distributed_sampler(same)
+    assert f is not None and f.certain and f.evidence["same_samples_proven"] is True
+    in_memory = [record(r, loaders=[loader(perm, epoch=4096, sampler="RandomSampler")]) for r in (0, 1)]
+    g = rules.no_distributed_sampler(in_memory)
+    assert g is not None and not g.certain and g.evidence["same_samples_proven"] is False

@@ -118,3 +118,29 @@ def test_probes_on_the_gpu_keep_the_cuda_generator() -> None:
     assert torch.equal(state, torch.cuda.get_rng_state())
     assert result.bf16_speedup is not None and result.bf16_probe_shape == [probes.GPU_MATMUL_SIZE] * 3
     assert result.op_overhead_ns is not None
+
+
+def test_bf16_probe_times_the_steps_own_gemm_shapes(monkeypatch) -> None:
+    monkeypatch.setattr(dev, "cpu_has_native_bf16", lambda: True)
+    # Two small shapes of a step: a linear layer's GEMM and a batched attention product.
+    shapes = [[1, 64, 32, 48, 2 * 64 * 32 * 48 * 10], [4, 16, 16, 8, 2 * 4 * 16 * 16 * 8 * 3]]
+    result = run_probes(torch.get_num_threads(), "cpu", budget_s=1.0, gemm_shapes=shapes)
+    assert result.bf16_probe_source == "own_shapes"
+    assert result.bf16_probe_shapes and all(s in shapes for s in result.bf16_probe_shapes)
+    assert result.bf16_speedup is not None and result.bf16_speedup > 0
+    assert result.fp32_matmul_flops_per_s is not None and result.fp32_matmul_flops_per_s > 0
+    assert isinstance(result.bf16_probe_disturbed, bool)
+
+
+def test_a_disturbed_shape_is_repeated_then_marked(monkeypatch) -> None:
+    calls: list[float] = []
+
+    def spread_result(sizes, make, device, deadline, setup_a=None, setup_b=None):
+        calls.append(deadline)
+        return probes.RatioResult(ratio=1.5, size=1, a_s=3e-3, b_s=2e-3, spread=probes.PROBE_SPREAD_MAX * 2)
+
+    monkeypatch.setattr(probes, "_interleaved_ratio", spread_result)
+    gen = torch.Generator().manual_seed(0)
+    out = probes._own_shapes_probe([[1, 8, 8, 8, 1024]], torch.device("cpu"), gen, time.perf_counter() + 0.5)
+    assert len(calls) == 2  # timed, disturbed, timed again
+    assert out is not None and out.disturbed and out.ratio == pytest.approx(1.5)

@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from stave.analyze.hotlines import hot_lines
+from stave.analyze.step_inputs import step_inputs
+from stave.analyze.step_model import estimate, phase_s, speedup, without_phase_time
 from stave.diagnose.finding import Finding, severity_for_speedup
+from stave.diagnose.inputs import DoctorInput
 from stave.measure.config import LoaderInfo
 from stave.measure.record import RunRecord
 from stave.measure.serialize import json_safe
@@ -98,3 +101,29 @@ def dataloader_call(loader: LoaderInfo, **changes: Any) -> str:
             args.pop(key, None)
     rendered = ", ".join(f"{k}={v!r}" for k, v in args.items() if v is not None)
     return f"loader = DataLoader(dataset, {rendered})"
+
+
+def saving_speedup(inp: DoctorInput, saved_s: dict[str, float], step_s: float,
+                   device_s: float | None = None) -> float:
+    """``est_speedup`` of a fix that removes ``saved_s`` seconds from the named phases, priced by
+    the step model (``step_s``: the measured step statistic the rule's page names; ``device_s``: the
+    GPU's busy time per step where the rule measured it, which bounds the step from below).
+
+    Without model inputs (no counted step) it is the closed form ``T / (T - saved)``.
+    """
+    model = step_inputs(inp.record, inp.summary)
+    if model is None:
+        return speedup(step_s, step_s - sum(max(v, 0.0) for v in saved_s.values()))
+    if device_s is not None:
+        model = model.changed(device_s=device_s)
+    return estimate(model, without_phase_time(model, saved_s), step_s)
+
+
+def spread_saving(inp: DoctorInput, phases: tuple[str, ...], saved_s: float) -> dict[str, float]:
+    """``saved_s`` seconds taken off ``phases`` in proportion to each one's time in a median step
+    (a fix that shrinks work spread over several phases, e.g. fewer tokens in forward and backward)."""
+    times = {p: phase_s(inp.summary, p) for p in phases}
+    total = sum(times.values())
+    if total <= 0:
+        return {}
+    return {p: saved_s * t / total for p, t in times.items()}

@@ -12,11 +12,11 @@ The fused kernels' gain depends on sequence length and device: the estimate appl
 
 from __future__ import annotations
 
-from stave.analyze.whatif import phase_s, speedup
+from stave.analyze.step_model import phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.diagnose.rules._helpers import is_gpu, make_finding
+from stave.diagnose.rules._helpers import is_gpu, make_finding, saving_speedup, spread_saving
 from stave.diagnose.rules.padding import TOKEN_PHASES, attention_share
 
 # The fused kernels avoid writing and re-reading the LxL score matrix; FlashAttention's paper
@@ -65,7 +65,8 @@ def _estimate(inp: DoctorInput) -> tuple[float, float, float]:
     t = inp.summary.step_time_median_s
     fwd_bwd = sum(phase_s(inp.summary, p) for p in TOKEN_PHASES)
     share = attention_share(inp)
-    return speedup(t, fused_attention_step_s(t, fwd_bwd, share)), share, fwd_bwd
+    saved = t - fused_attention_step_s(t, fwd_bwd, share)
+    return saving_speedup(inp, spread_saving(inp, TOKEN_PHASES, saved), t), share, fwd_bwd
 
 
 @rule("ATTENTION_EAGER", kind="doctor")

@@ -15,7 +15,8 @@ import math
 from stave.analyze.host import summarize_host
 from stave.analyze.loading import LoadingBound, loading_bound
 from stave.analyze.pipeline import StageCost
-from stave.analyze.whatif import pipelined_step_s, speedup
+from stave.analyze.step_inputs import step_inputs
+from stave.analyze.step_model import estimate
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
@@ -103,8 +104,12 @@ def data_io_bound(inp: DoctorInput) -> Finding | None:
         "#   stave pack DATA_DIR packed/\n"
         f"loader = stave.data.ImageLoader('packed/', batch_size={pipe.loader.batch_size}, workers={min(workers, lb.cores_available)})"
     )
+    model = step_inputs(inp.record, inp.summary, host)
+    if model is None:
+        return None
     if workers > lb.workers:
-        t_new = pipelined_step_s(lb.compute_wall_s, lb.compute_cpu_s, lb.load_wall_s, lb.load_cpu_s, workers, lb.cores_available)
+        # More reads in flight: the model's producer time divides the blocked time over more workers.
+        after = model.changed(workers=workers, load_extra_s=0.0 if model.workers == 0 else model.load_extra_s)
         evidence["suggested_workers"] = workers
         fix = (
             f"# {workers} workers keep {workers} reads in flight; blocked workers use no CPU.\n"
@@ -114,9 +119,12 @@ def data_io_bound(inp: DoctorInput) -> Finding | None:
     else:
         # Already as many workers as is sensible: only fewer, larger reads help. Packed shards are
         # read from the page cache, so the blocked part of loading goes and its CPU part stays.
-        t_new = pipelined_step_s(lb.compute_wall_s, lb.compute_cpu_s, lb.load_cpu_s, lb.load_cpu_s, lb.workers, lb.cores_available)
+        after = model.changed(load_blocked_s=0.0)
         fix = pack
-    est = speedup(lb.step_s, t_new)
+    evidence["model_inputs_changed"] = {k: [getattr(model, k), getattr(after, k)]
+                                        for k in ("workers", "load_blocked_s", "load_extra_s")
+                                        if getattr(model, k) != getattr(after, k)}
+    est = estimate(model, after, lb.step_s)
     if est < REPORT_MIN_SPEEDUP:
         return None
     opens = pipe.opens_per_sample
@@ -209,15 +217,20 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
     if top is not None:
         stage_line = f"# The most expensive stage is {top.name} ({top.share:.0%} of loading): {_stage_advice(top)}.\n"
     workers = min(max(_needed_workers(lb), lb.workers + 1), lb.cores)
+    model = step_inputs(inp.record, inp.summary)
+    if model is None:
+        return None
     if _per_item_bound(lb):
         # Whole batches by one index: the per-item overhead goes; the estimate takes all of the
         # loading away (an upper bound: the gather of a batch of rows is left).
-        load_wall, load_cpu, loaders = 0.0, 0.0, lb.workers
+        after = model.changed(load_cpu_s=0.0, load_blocked_s=0.0, load_extra_s=0.0)
         evidence["per_item_max_s"] = PER_ITEM_MAX_S
         fix = _batched_fetch_fix(pipe.loader)
         how = "with whole-batch indexing, if the loading then cost nothing (an upper bound)"
     elif workers > lb.workers:
-        load_wall, load_cpu, loaders = lb.load_wall_s, lb.load_cpu_s, workers
+        # Workers run alongside the compute threads: the model prices the cores they then share
+        # (no gain where the compute already keeps every core busy).
+        after = model.changed(workers=workers, load_extra_s=0.0 if model.workers == 0 else model.load_extra_s)
         evidence["suggested_workers"] = workers
         fix = (
             f"# Load in {workers} worker processes (this machine has {lb.cores} usable cores), alongside the compute.\n"
@@ -227,25 +240,23 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
     elif top is not None:
         # No core left for another worker: only cheaper loading helps. The estimate is the upper
         # bound of that, the top stage costing nothing.
-        share_left = 1.0 - top.share
-        load_wall, load_cpu, loaders = lb.load_wall_s * share_left, lb.load_cpu_s * share_left, lb.workers
+        after = model.changed(load_cpu_s=model.load_cpu_s * (1.0 - top.share))
         fix = stage_line
         how = f"if {top.name} cost nothing (an upper bound)"
     else:
         return None
-
-    def step_with(cores: float) -> float:
-        return pipelined_step_s(lb.compute_wall_s, lb.compute_cpu_s, load_wall, load_cpu, loaders, cores)
-
-    est = speedup(lb.step_s, step_with(lb.cores_available))
-    bound = f"bounded by the {lb.cores_available:.1f} cores left to the job, which the compute needs too"
-    if est < REPORT_MIN_SPEEDUP and lb.cores_available < lb.cores:
+    evidence["model_inputs_changed"] = {k: [getattr(model, k), getattr(after, k)]
+                                        for k in ("workers", "load_cpu_s", "load_blocked_s", "load_extra_s")
+                                        if getattr(model, k) != getattr(after, k)}
+    evidence["compute_threads"] = model.compute_threads
+    est = estimate(model, after, lb.step_s)
+    bound = f"with the compute's {model.compute_threads:.1f} busy threads on {lb.cores} usable cores"
+    if est < REPORT_MIN_SPEEDUP and model.other_cores > 0:
         # Other processes held cores while this ran, so the fix cannot pay off now; the wait is still
-        # the job's short stave once they are gone (a shared machine, a test suite running beside).
+        # the job's once they are gone (MACHINE_BUSY says so first).
         evidence["est_speedup_with_other_load"] = est
-        est = speedup(lb.step_s, step_with(float(lb.cores)))
-        bound = (f"on the {lb.cores} usable cores once the other processes' "
-                 f"{lb.cores - lb.cores_available:.1f} cores are free (with them: {evidence['est_speedup_with_other_load']:.2f}x)")
+        est = estimate(model.changed(other_cores=0.0), after.changed(other_cores=0.0), lb.step_s)
+        bound += f", once the other processes' {model.other_cores:.1f} cores are free"
     if est < REPORT_MIN_SPEEDUP:
         return None
     where = "the main process" if pipe.in_main_process else f"{lb.workers} workers"

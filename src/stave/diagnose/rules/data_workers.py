@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from stave.analyze.loading import epoch_start_steps
 from stave.analyze.stats import median
-from stave.analyze.whatif import speedup
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, dataloader_call, make_finding
+from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, dataloader_call, make_finding, saving_speedup
 from stave.measure.config import LoaderInfo
 
 # Start methods that begin each worker as a fresh interpreter which imports torch and unpickles
@@ -52,7 +51,7 @@ def data_worker_startup(inp: DoctorInput) -> Finding | None:
         if times is None:
             continue
         t, t_new, stalls = times
-        est = speedup(t, t_new)
+        est = saving_speedup(inp, {"data_wait": t - t_new}, t)
         if est < REPORT_MIN_SPEEDUP:
             continue
         first_wait_s = median([w / 1e9 for w in waits])

@@ -12,7 +12,7 @@ import dataclasses
 import statistics
 from typing import Any, Sequence
 
-from stave.analyze.whatif import speedup
+from stave.analyze.step_model import speedup
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, make_finding
@@ -49,7 +49,7 @@ def _finding(fid: str, est: float, title: str, evidence: dict[str, Any], fix: st
 
 
 def _speedup(step_s: float, saved_s: float) -> float:
-    """``T / (T - saved)``: the shared what-if model (stave.analyze.whatif)."""
+    """``T / (T - saved)``: the shared what-if model (stave.analyze.step_model)."""
     return speedup(step_s, step_s - max(saved_s, 0.0))
 
 
@@ -65,10 +65,30 @@ def _median_step_s(records: Sequence[RunRecord]) -> float:
 # --- NO_DISTRIBUTED_SAMPLER ----------------------------------------------------------------------
 
 
+def _dataset_sources(records: Sequence[RunRecord], loader_id: int) -> frozenset[str] | None:
+    """The dataset files every rank's loader reads, when they are provably the same; else ``None``.
+
+    Equal indices mean equal samples only over the same data: ranks that each read their own
+    shard of files draw index 0 of different files, which is correct use (``None``). Without files
+    (an in-memory dataset) the empty set is returned: the finding is then marked not certain.
+    """
+    seen: set[frozenset[str]] = set()
+    for r in records:
+        for info in r.config.loaders:
+            if info.loader_id == loader_id:
+                seen.add(frozenset(info.dataset_paths))
+    if len(seen) != 1:
+        return None
+    return next(iter(seen))
+
+
 @rule("NO_DISTRIBUTED_SAMPLER", kind="records")
 def no_distributed_sampler(records: list[RunRecord]) -> Finding | None:
     """The ranks' loaders draw from the same pool of samples instead of disjoint shards."""
     for ov in sample_overlaps(records):
+        sources = _dataset_sources(records, ov.loader_id)
+        if sources is None:
+            continue  # the ranks read different files: per-rank shards, correct use
         excess = ov.shared_indices - ov.padding_allowance
         overlapping = excess >= MIN_SHARED_INDICES
         covers_many = ov.coverage is not None and ov.coverage >= UNSHARDED_COVERAGE
@@ -81,7 +101,7 @@ def no_distributed_sampler(records: list[RunRecord]) -> Finding | None:
         how = ("identical on every rank" if identical
                else f"{ov.shared_indices} of the first {ov.indices_per_rank} indices per rank shared" if overlapping
                else f"each rank's epoch covers the dataset ({ov.coverage:.2f}x together)")
-        return _finding(
+        found = _finding(
             "NO_DISTRIBUTED_SAMPLER",
             est,
             f"Every rank reads the same samples (loader {ov.loader_id}: {how}); an epoch does the work "
@@ -99,6 +119,10 @@ def no_distributed_sampler(records: list[RunRecord]) -> Finding | None:
                 "epoch_samples_by_rank": ov.epoch_samples,
                 "coverage_per_epoch": ov.coverage,
                 "world_size": world,
+                "same_dataset_files": sorted(sources)[:5],
+                # No files recorded (an in-memory dataset): the samples are equal only if each rank
+                # built the same data, which the records cannot prove.
+                "same_samples_proven": bool(sources),
             },
             """
 from torch.utils.data.distributed import DistributedSampler
@@ -116,6 +140,7 @@ for epoch in range(epochs):
             "epoch time over the sharded epoch time (the ranks' epoch sizes over len(dataset), or the "
             "duplication seen in the index streams).",
         )
+        return found if sources else dataclasses.replace(found, certain=False)
     return None
 
 

@@ -10,7 +10,7 @@ step's critical path entirely.
 from __future__ import annotations
 
 from stave.analyze.pipeline import main_loader
-from stave.analyze.whatif import phase_s, speedup
+from stave.analyze.step_model import phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
@@ -20,6 +20,7 @@ from stave.diagnose.rules._helpers import (
     is_gpu,
     make_finding,
     phase_lines,
+    saving_speedup,
 )
 from stave.measure.pipeline import CopyStat
 
@@ -48,7 +49,7 @@ def h2d_pageable(inp: DoctorInput) -> Finding | None:
     frac = pageable / total
     h2d = phase_s(summary, "h2d")
     t = summary.step_time_median_s
-    est = speedup(t, t - h2d * frac * (1.0 - 1.0 / PINNED_COPY_SPEEDUP))
+    est = saving_speedup(inp, {"h2d": h2d * frac * (1.0 - 1.0 / PINNED_COPY_SPEEDUP)}, t)
     if est < REPORT_MIN_SPEEDUP:
         return None
     loader = main_loader(record)
@@ -88,7 +89,7 @@ def h2d_blocking(inp: DoctorInput) -> Finding | None:
     # Prefetched on a side stream the copy hides behind the previous batch's compute, as long as
     # there is at least as much compute to hide behind.
     hidden = min(h2d * frac, max(compute, 0.0))
-    est = speedup(t, t - hidden)
+    est = saving_speedup(inp, {"h2d": hidden}, t)
     if est < REPORT_MIN_SPEEDUP:
         return None
     return make_finding(

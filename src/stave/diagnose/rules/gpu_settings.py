@@ -9,11 +9,11 @@ the GPU's utilization.
 from __future__ import annotations
 
 from stave.analyze.host import summarize_host
-from stave.analyze.whatif import phase_s, speedup
+from stave.analyze.step_model import phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, is_gpu, make_finding, phase_lines
+from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, is_gpu, make_finding, phase_lines, saving_speedup
 
 # Triton, which torch.compile generates GPU kernels with, needs compute capability 7.0 or newer.
 COMPILE_MIN_CAPABILITY = (7, 0)
@@ -81,7 +81,11 @@ def no_compile(inp: DoctorInput) -> Finding | None:
     dispatch = min(t, ops * overhead / 1e9)
     # Fused and graph-captured, the step needs about one launch per fused kernel: it is then bound
     # by the GPU's own work, or by whatever host work remains.
-    est = speedup(t, max(t * util / 100.0, t - dispatch))
+    # Dispatch runs in every compute phase: taken off each in proportion to its share.
+    compute_phases = ("forward", "backward", "optimizer", "other")
+    share = sum(summary.breakdown.get(p, 0.0) for p in compute_phases) or 1.0
+    saved = {p: dispatch * summary.breakdown.get(p, 0.0) / share for p in compute_phases}
+    est = saving_speedup(inp, saved, t, device_s=t * util / 100.0)
     if est < REPORT_MIN_SPEEDUP:
         return None
     return make_finding(
@@ -136,7 +140,7 @@ def gpu_underused(inp: DoctorInput) -> Finding | None:
     # On a GPU the phases are GPU time; 'other' is the gap between them, where the GPU waits for
     # the host's Python. Removing it leaves the GPU's own work (or the rest of the step).
     other = phase_s(summary, "other")
-    est = speedup(t, max(t * util / 100.0, t - other))
+    est = saving_speedup(inp, {"other": other}, t, device_s=t * util / 100.0)
     if est < REPORT_MIN_SPEEDUP:
         return None
     return make_finding(

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from stave.analyze.host import summarize_host
 from stave.analyze.hotlines import seconds_at_lines
-from stave.analyze.whatif import speedup
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, counted_indices, is_gpu, make_finding
+from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, counted_indices, is_gpu, make_finding, saving_speedup
 
 # A call in at least half the steps is part of the loop, not an occasional log line.
 EVERY_STEP_SHARE = 0.5
@@ -31,7 +30,7 @@ def _overlap_estimate(inp: DoctorInput, waited_s: float) -> tuple[float, float |
     if util is None or t <= 0:
         return 1.0, None
     gpu_busy = t * util / 100.0
-    return speedup(t, max(gpu_busy, t - waited_s)), gpu_busy
+    return saving_speedup(inp, {"other": waited_s}, t, device_s=gpu_busy), gpu_busy
 
 
 @rule("SYNC_IN_LOOP", kind="doctor")

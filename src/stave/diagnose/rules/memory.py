@@ -12,7 +12,8 @@ from __future__ import annotations
 from stave.analyze.host import HostSummary, summarize_host
 from stave.analyze.loading import loading_bound
 from stave.analyze.trend import MemoryTrend, memory_trend
-from stave.analyze.whatif import speedup
+from stave.analyze.step_inputs import step_inputs
+from stave.analyze.step_model import estimate
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
@@ -171,9 +172,11 @@ def _dataset_reread(inp: DoctorInput, host: HostSummary) -> Finding | None:
     read = host.disk_read_total_bytes
     if avail is None or read is None or size > DATASET_FITS_SHARE * avail or read < DATASET_REREAD_MIN_SHARE * size:
         return None
-    # Served from RAM, loading keeps its CPU work and loses its blocked part.
-    t_new = lb.step_s - lb.data_wait_s * lb.blocked_share
-    est = speedup(lb.step_s, t_new)
+    # Served from RAM, loading keeps its CPU work and loses its blocked part (model: load_blocked_s -> 0).
+    model = step_inputs(record, summary, host)
+    if model is None:
+        return None
+    est = estimate(model, model.changed(load_blocked_s=0.0), lb.step_s)
     if est < REPORT_MIN_SPEEDUP:
         return None
     return make_finding(

@@ -10,11 +10,11 @@ per-op cost as the part a fused update removes, bounded by the optimizer's measu
 
 from __future__ import annotations
 
-from stave.analyze.whatif import phase_s, speedup
+from stave.analyze.step_model import phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, is_gpu, make_finding
+from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, is_gpu, make_finding, saving_speedup
 from stave.measure.config import FUSED_OPTIMIZERS as FUSED_TYPES
 from stave.measure.config import OptimizerInfo
 # Below a tenth of the step, the optimizer is not where the time goes, whatever its implementation.
@@ -72,7 +72,7 @@ def optimizer_unfused(inp: DoctorInput) -> Finding | None:
         new_opt_s = fused_optimizer_s(opt_s, ops, len(cfg.optimizers), overhead_ns / 1e9)
     else:
         return None
-    est = speedup(t, t - (opt_s - new_opt_s))
+    est = saving_speedup(inp, {"optimizer": opt_s - new_opt_s}, t)
     if est < REPORT_MIN_SPEEDUP:
         return None
     opt = unfused[0]

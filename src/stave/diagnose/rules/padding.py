@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stave.analyze.whatif import phase_s, speedup
+from stave.analyze.step_model import phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, is_gpu, make_finding
+from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, is_gpu, make_finding, saving_speedup, spread_saving
 
 # Under a tenth of the fed tokens as padding is what pad-to-longest with mixed lengths leaves
 # anyway; removing the rest needs packing, which changes the data path for little gain.
@@ -144,7 +144,8 @@ def padding_waste(inp: DoctorInput) -> Finding | None:
     attn = inp.record.config.attn_implementation
     packing = attn in PACKING_ATTENTION
     left = left_longest if strategy == "longest" else left_all
-    est = speedup(t, padding_step_s(t, compute_s, left))
+    saved = t - padding_step_s(t, compute_s, left)
+    est = saving_speedup(inp, spread_saving(inp, TOKEN_PHASES, saved), t)
     if est < REPORT_MIN_SPEEDUP:
         return None
     evidence = {

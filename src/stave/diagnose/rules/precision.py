@@ -8,7 +8,10 @@ ratio after the script ends; the estimate applies that measured ratio, never an 
 
 from __future__ import annotations
 
-from stave.analyze.whatif import phase_s, speedup
+import dataclasses
+
+from stave.analyze.step_inputs import step_inputs
+from stave.analyze.step_model import estimate, phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
@@ -73,19 +76,31 @@ def no_mixed_precision(inp: DoctorInput) -> Finding | None:
     elif not cfg.bf16_native:
         return None
     matmul_s, parts = _matmul_time_s(inp, gpu)
-    t = summary.step_time_median_s
-    est = speedup(t, t - matmul_s * (1.0 - 1.0 / ratio))
+    model = step_inputs(record, summary)
+    if model is None:
+        return None
+    # The matmul part of forward and backward runs `ratio` times faster; the model prices the step.
+    fb = sum(model.phases_s.get(p, 0.0) for p in AUTOCAST_PHASES)
+    saved = min(matmul_s * (1.0 - 1.0 / ratio), fb)
+    factor = fb / (fb - saved) if fb > saved else 1.0
+    speed = {p: factor for p in AUTOCAST_PHASES}
+    est = estimate(model, model.changed(phase_speed=speed), summary.step_time_mean_s)
     if est < REPORT_MIN_SPEEDUP:
         return None
+    probes = record.probes
     device = "cuda" if gpu else "cpu"
     share = sum(summary.breakdown.get(p, 0.0) for p in AUTOCAST_PHASES)
-    return make_finding(
+    found = make_finding(
         "NO_MIXED_PRECISION",
         est,
         f"fp32 compute ({share:.0%} of the step) on a {device.upper()} where bf16 matmuls run {ratio:.1f}x faster",
         {
             "bf16_probe_speedup": ratio,
-            "bf16_probe_shape": record.probes.bf16_probe_shape,
+            "bf16_probe_shape": probes.bf16_probe_shape,
+            "bf16_probe_source": probes.bf16_probe_source,
+            "bf16_probe_shapes": probes.bf16_probe_shapes,
+            "bf16_probe_disturbed": probes.bf16_probe_disturbed,
+            "model_inputs_changed": {"phase_speed": speed},
             "forward_backward_share": share,
             "autocast_enabled": cfg.autocast_enabled,
             "param_dtypes": cfg.param_dtypes,
@@ -100,9 +115,13 @@ loss.backward()   # outside autocast; weights and optimizer stay fp32
 optimizer.step()""",
         explanation=(
             "Estimate: the matmul/convolution time of forward and backward divided by the measured "
-            "bf16/fp32 matmul ratio. That time is forward+backward less the host's per-op dispatch, "
-            "and at most the step's counted FLOPs at the probe's fp32 rate. Check the loss curve "
-            "against an fp32 run."
+            "bf16/fp32 ratio of the step's own GEMM shapes (weighted by their count per step; one "
+            "square GEMM where the shapes were not counted). That time is forward+backward less the "
+            "host's per-op dispatch, and at most the step's counted FLOPs at the probe's fp32 rate. "
+            "Check the loss curve against an fp32 run."
+            + (" The probe's timings were disturbed by other load even after a repeat: the ratio is "
+               "less certain." if probes.bf16_probe_disturbed else "")
         ),
         lines=phase_lines(record, "forward", limit=2),
     )
+    return dataclasses.replace(found, certain=False) if probes.bf16_probe_disturbed else found

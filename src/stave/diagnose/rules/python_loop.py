@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from stave.analyze.hotlines import HotLine, hot_lines, library_share, source_context
 from stave.analyze.outliers import find_outliers
-from stave.analyze.whatif import phase_s, speedup
+from stave.analyze.step_model import phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.diagnose.rules._helpers import LINE_MIN_SHARE, REPORT_MIN_SPEEDUP, counted_indices, make_finding
+from stave.diagnose.rules._helpers import LINE_MIN_SHARE, REPORT_MIN_SPEEDUP, counted_indices, make_finding, saving_speedup
 
 # The loop's Python and the backward work it causes take at least this share of the step (the
 # issue's bound for the 'other' part of an honest breakdown); below it they are the loop's own
@@ -98,7 +98,7 @@ def _unattributed(inp: DoctorInput, other: float, samples: int) -> Finding | Non
     t = inp.summary.step_time_median_s
     if other / t < MIN_SHARE:
         return None
-    est = speedup(t, t - other)
+    est = saving_speedup(inp, {"other": other}, t)
     if est < REPORT_MIN_SPEEDUP:
         return None
     return make_finding(
@@ -160,7 +160,7 @@ def python_overhead(inp: DoctorInput) -> Finding | None:
         "aten_ops_in_forward": record.config.aten_ops_by_phase.get("forward"),
         "backward_replay_s": replay,
     }
-    est = speedup(t, t - saved)
+    est = saving_speedup(inp, {"other": other * hot_share, "backward": replay or 0.0}, t)
     if est < REPORT_MIN_SPEEDUP:
         return None
     top: HotLine = lines[0]

@@ -11,11 +11,10 @@ import math
 
 from stave.analyze.hotlines import hot_lines
 from stave.analyze.outliers import find_outliers
-from stave.analyze.whatif import speedup
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.diagnose.rules._helpers import LINE_MIN_SHARE, REPORT_MIN_SPEEDUP, is_gpu, make_finding
+from stave.diagnose.rules._helpers import LINE_MIN_SHARE, REPORT_MIN_SPEEDUP, is_gpu, make_finding, saving_speedup
 
 # One slow step is an accident; two or more are a pattern worth a finding.
 OUTLIER_MIN_COUNT = 2
@@ -80,7 +79,7 @@ def step_outliers(inp: DoctorInput) -> Finding | None:
     if phase in MODEL_PHASES and out.period_steps is None:
         return None
     t = summary.step_time_mean_s
-    est = speedup(t, t - out.excess_per_step_s)
+    est = saving_speedup(inp, {p: v / max(out.counted, 1) for p, v in out.excess_by_phase_s.items()}, t)
     if est < REPORT_MIN_SPEEDUP:
         return None
     lines = [h.label for h in hot_lines(record.stacks, out.indices, phase, limit=3) if h.share >= LINE_MIN_SHARE]

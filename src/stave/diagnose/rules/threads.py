@@ -1,24 +1,35 @@
-"""THREAD_OVERSUBSCRIPTION: more torch compute threads than cores the process may use.
+"""THREAD_OVERSUBSCRIPTION and CPU_CONTENTION: the job's threads want more cores than it has.
 
-Intra-op threads split every large op into one chunk per thread and wait for the slowest. With
-more threads than cores, chunks queue for a core, the OpenMP barriers spin while they wait, and a
-thread that loses its core mid-op stalls all the others: the op runs slower than with one thread
-per core. The doctor's probe times the same matmul with the script's thread count and with one
-per usable core; their ratio is the measured penalty.
+One cause, one finding. When torch's intra-op pool alone is larger than the usable cores, it is
+THREAD_OVERSUBSCRIPTION: chunks queue for a core, the OpenMP barriers spin while they wait, and a
+thread that loses its core mid-op stalls the others (the thread probe measures that penalty).
+When the pool fits but the input pipeline's CPU (loader workers, or loading in the main process
+beside a pin-memory thread) tips the whole process tree over the cores, it is CPU_CONTENTION,
+even when the data wait is small: every op of the compute then runs on a fair share of a core.
+Both estimates come from the step model (:mod:`stave.analyze.step_model`): the fix is a change
+of its inputs and the estimate is the model's step before over after.
 """
 
 from __future__ import annotations
 
 from stave.analyze.host import summarize_host
-from stave.analyze.loading import usable_cores
-from stave.analyze.whatif import scale_phases, speedup
+from stave.analyze.pipeline import summarize_pipeline
+from stave.analyze.step_inputs import machine_load, step_inputs
+from stave.analyze.step_model import StepInputs, estimate, step_time
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, make_finding
+from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, dataloader_call, is_gpu, make_finding
 
-# The phases whose time is torch ops spread over the intra-op thread pool.
-THREADED_PHASES = ("forward", "backward", "optimizer")
+# The input pipeline must want at least this many cores' worth of CPU to be named the cause: a
+# tenth of a core is within what the pin thread, Python and the monitor take anyway.
+CONTENTION_MIN_LOADER_CORES = 0.1
+# The top loading stage moved to a batch-level transform is assumed to cost nothing per sample
+# (an upper bound: one vectorized op over the batch replaces per-sample Python and PIL calls).
+BATCH_TRANSFORM_SAVED_SHARE = 1.0
+# Stages that are not per-sample transforms: reading/decoding a sample and collating the batch
+# cannot move to a batch-level op.
+NOT_BATCHABLE_STAGES = frozenset({"load", "collate"})
 
 
 @rule("THREAD_OVERSUBSCRIPTION", kind="doctor")
@@ -26,9 +37,10 @@ def thread_oversubscription(inp: DoctorInput) -> Finding | None:
     """torch runs more intra-op threads than there are usable cores."""
     record, summary = inp.record, inp.summary
     threads = record.config.torch_threads
-    cores = usable_cores(record)
-    if threads is None or threads <= cores or summary.steps == 0:
+    model = step_inputs(record, summary)
+    if threads is None or model is None or threads <= model.cores:
         return None
+    cores = int(model.cores)
     ratio = record.probes.threads_speedup
     host = summarize_host(record)
     evidence = {
@@ -38,6 +50,7 @@ def thread_oversubscription(inp: DoctorInput) -> Finding | None:
         "threads_probe": record.probes.threads_probe,
         "involuntary_switches_per_s": host.ctx_involuntary_per_s,
         "procs_running": host.procs_running,
+        "model_inputs_changed": {"compute_threads": [threads, cores], "oversubscription_penalty": [ratio, 1.0]},
     }
     fix = (
         f"torch.set_num_threads({cores})  # one intra-op thread per usable core "
@@ -47,25 +60,19 @@ def thread_oversubscription(inp: DoctorInput) -> Finding | None:
     if ratio is None:
         # The setting alone is a fact worth knowing, but without the probe there is no estimate.
         return make_finding(
-            "THREAD_OVERSUBSCRIPTION",
-            1.0,
+            "THREAD_OVERSUBSCRIPTION", 1.0,
             f"torch uses {threads} threads on {cores} usable cores (effect not measured)",
-            evidence,
-            fix,
-            explanation="The thread probe did not run, so the slowdown is not estimated.",
+            evidence, fix, explanation="The thread probe did not run, so the slowdown is not estimated.",
         )
-    t_new = scale_phases(summary, {p: ratio for p in THREADED_PHASES})
-    est = speedup(summary.step_time_median_s, t_new)
+    est = estimate(model, model.changed(compute_threads=float(cores)), summary.step_time_mean_s)
     if est < REPORT_MIN_SPEEDUP:
         # The setting is still a hazard, but on this run it cost nothing measurable (typically: the
         # machine was busy with other processes, and more threads took a larger share of it).
         return make_finding(
-            "THREAD_OVERSUBSCRIPTION",
-            1.0,
+            "THREAD_OVERSUBSCRIPTION", 1.0,
             f"torch uses {threads} threads on {cores} usable cores (no slowdown measured on this run: "
             f"probe ratio {ratio:.2f})",
-            evidence,
-            fix,
+            evidence, fix,
             explanation=(
                 "The probe timed the same matmul with both thread counts and found no gain from fewer "
                 "threads now; on a machine shared with other busy processes extra threads win a larger "
@@ -73,15 +80,103 @@ def thread_oversubscription(inp: DoctorInput) -> Finding | None:
             ),
         )
     return make_finding(
-        "THREAD_OVERSUBSCRIPTION",
-        est,
-        f"torch uses {threads} threads on {cores} usable cores; the same matmul runs "
-        f"{ratio:.1f}x faster with {cores}",
-        evidence,
-        fix,
+        "THREAD_OVERSUBSCRIPTION", est,
+        f"torch uses {threads} threads on {cores} usable cores; the same matmul runs {ratio:.1f}x faster with {cores}",
+        evidence, fix,
         explanation=(
             "Threads beyond the cores queue for a core and make every op's barrier wait for the "
-            "slowest chunk. Estimate: forward, backward and optimizer time divided by the probe's "
-            "measured ratio."
+            "slowest chunk. Estimate: the step model with compute_threads set to the cores and the "
+            "probe's measured penalty gone."
+        ),
+    )
+
+
+def _contention_fixes(model: StepInputs, top_share: float | None) -> dict[str, StepInputs]:
+    """The candidate splits of the cores, each as changed model inputs."""
+    out: dict[str, StepInputs] = {}
+    threads = int(round(model.compute_threads))
+    if threads > 1:
+        out[f"intra-op threads {threads} -> {threads - 1}"] = model.changed(compute_threads=float(threads - 1))
+    if model.workers > 1:
+        # Fewest workers whose output still keeps up with the compute (the model's producer time).
+        for w in range(1, model.workers):
+            fewer = model.changed(workers=w)
+            st = step_time(fewer)
+            if st.bound == "compute":
+                out[f"loader workers {model.workers} -> {w}"] = fewer
+                break
+    if top_share is not None and top_share > 0:
+        saved = top_share * BATCH_TRANSFORM_SAVED_SHARE
+        out["the top loading stage as a batch-level transform"] = model.changed(load_cpu_s=model.load_cpu_s * (1 - saved))
+    return out
+
+
+@rule("CPU_CONTENTION", kind="doctor")
+def cpu_contention(inp: DoctorInput) -> Finding | None:
+    """Input-pipeline CPU and compute threads together want more cores than the job may use."""
+    record, summary = inp.record, inp.summary
+    if is_gpu(record):
+        return None
+    model = step_inputs(record, summary)
+    if model is None or record.config.torch_threads is None or record.config.torch_threads > model.cores:
+        return None  # no model, or the thread pools alone oversubscribe: THREAD_OVERSUBSCRIPTION's
+    st = step_time(model)
+    loader_cores = st.cores_wanted - model.compute_threads - model.other_cores
+    if loader_cores < CONTENTION_MIN_LOADER_CORES or model.compute_threads + loader_cores <= model.cores:
+        return None  # the job's own threads fit; anything beyond is other processes (MACHINE_BUSY)
+    load = machine_load(record, summary)
+    if load.machine_busy_share is not None and not load.saturated:
+        return None  # the cores had room: no thread waited for one, whatever the counts add up to
+    pipe = summarize_pipeline(record)
+    top = next((s for s in pipe.stages if s.name not in NOT_BATCHABLE_STAGES), None) if pipe is not None else None
+    fixes = _contention_fixes(model, top.share if top is not None else None)
+    if not fixes:
+        return None
+    t = summary.step_time_mean_s
+    priced = {name: estimate(model, after, t) for name, after in fixes.items()}
+    best = max(priced, key=lambda name: priced[name])
+    est = priced[best]
+    if est < REPORT_MIN_SPEEDUP:
+        return None
+    after = fixes[best]
+    changed = {k: [getattr(model, k), getattr(after, k)] for k in ("compute_threads", "workers", "load_cpu_s")
+               if getattr(model, k) != getattr(after, k)}
+    lines = []
+    if "threads" in best:
+        lines.append(f"torch.set_num_threads({int(after.compute_threads)})  # leave a core to the input pipeline")
+    elif "workers" in best and pipe is not None:
+        lines.append(dataloader_call(pipe.loader, num_workers=after.workers))
+    else:
+        stage = top.name if top is not None else "the per-sample transform"
+        lines.append(f"# apply {stage} to the whole batch (one vectorized op) instead of per sample in the workers,")
+        lines.append("# e.g. keep samples uint8 and normalize/augment the collated batch in the training loop")
+    others = ", ".join(f"{name}: {v:.2f}x" for name, v in priced.items() if name != best)
+    if others:
+        lines.append(f"# the model's other splits: {others}")
+    return make_finding(
+        "CPU_CONTENTION", est,
+        f"Compute threads ({model.compute_threads:.1f}) and the input pipeline ({loader_cores:.1f} cores) want "
+        f"{model.compute_threads + loader_cores:.1f} of {int(model.cores)} usable cores; fastest split: {best}",
+        {
+            "cores_usable": model.cores,
+            "compute_threads": model.compute_threads,
+            "torch_threads": record.config.torch_threads,
+            "loader_cores": loader_cores,
+            "num_workers": model.workers,
+            "load_cpu_s_per_step": model.load_cpu_s,
+            "other_processes_cores": model.other_cores,
+            "compute_stretch": st.stretch,
+            "data_wait_share": summary.breakdown.get("data_wait", 0.0),
+            "main_process_cores": load.main_cores,
+            "workers_cores": load.workers_cores,
+            "fixes_priced": priced,
+            "model_inputs_changed": changed,
+        },
+        "\n".join(lines),
+        explanation=(
+            "Every runnable thread gets a fair share of the usable cores, and a parallel op waits for "
+            "its slowest thread, so the compute stretches by the cores wanted over the cores there "
+            "are, even while the data wait stays small. Estimate: the step model with each split "
+            "below; the fastest is named."
         ),
     )

@@ -1,0 +1,157 @@
+"""The step model's inputs, read from one process's measurements.
+
+Joins the step summary (phases), the host summary (the process tree's CPU and the machine's), the
+input pipeline (loader CPU per sample) and the probes (per-op cost, the thread probe) into the
+:class:`~stave.analyze.step_model.StepInputs` every finding's estimate starts from. Nothing here
+estimates a fix; a rule changes the inputs and asks the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stave.analyze.breakdown import StepSummary
+from stave.analyze.host import HostSummary, summarize_host
+from stave.analyze.loading import usable_cores
+from stave.analyze.pipeline import summarize_pipeline
+from stave.analyze.step_model import COMPUTE_PHASES, StepInputs, calibrated
+from stave.measure.record import RunRecord
+
+# Above this share of the usable cores busy the machine was saturated: the trainer's threads could
+# not all run, so their measured CPU understates what they want and the configured count is used.
+SATURATED_SHARE = 0.9
+# A pinned copy reads and writes every byte once on one core; a core's memcpy bandwidth is of this
+# order (DRAM and cache, 5-20 GB/s on current servers); the low end keeps the pin cost an upper bound.
+PIN_COPY_BYTES_PER_S = 5e9
+
+
+@dataclass(frozen=True)
+class MachineLoad:
+    """The CPU budget of the run: who held the usable cores (cores' worth of CPU, medians).
+
+    ``main_cores``: the trainer process (its threads, the pin thread); ``workers_cores``: loader
+    workers; ``other_cores``: processes outside the job on the cores it may use; ``cores``: usable.
+    ``compute_threads_busy``: the trainer's threads running during compute (measured CPU over the
+    compute time), ``None`` when the CPU counters are absent.
+    """
+
+    cores: int
+    cores_total: int
+    torch_threads: int | None
+    main_cores: float | None
+    workers_cores: float | None
+    other_cores: float | None
+    machine_busy_share: float | None
+    compute_threads_busy: float | None
+
+    @property
+    def saturated(self) -> bool:
+        """The usable cores were (nearly) all busy."""
+        return self.machine_busy_share is not None and self.machine_busy_share >= SATURATED_SHARE
+
+
+def machine_load(record: RunRecord, summary: StepSummary, host: HostSummary | None = None) -> MachineLoad:
+    """Who held the cores during the counted steps."""
+    host = host or summarize_host(record)
+    cores = usable_cores(record)
+    total = max(cores, record.run.cores_total or record.config.cores_total or cores)
+    other = None
+    if host.other_processes_cores is not None:
+        # Other processes fill the cores the job may not use first; only the rest competes with it.
+        other = max(0.0, host.other_processes_cores - (total - cores))
+    main = host.cpu_main_pct / 100.0 if host.cpu_main_pct is not None else None
+    workers = host.cpu_workers_pct / 100.0 if host.cpu_workers_pct is not None else None
+    busy_share = None
+    if host.cpu_system_pct is not None:
+        busy_share = min(1.0, host.cpu_system_pct / 100.0 * total / cores)
+        machine_cores = host.cpu_system_pct / 100.0 * total
+        own = (main or 0.0) + (workers or 0.0)
+        if own > machine_cores > 0:
+            # The job cannot have used more CPU than the whole machine: per-process and machine
+            # counters are read at slightly different instants; the machine's total bounds both.
+            main = main * machine_cores / own if main is not None else None
+            workers = workers * machine_cores / own if workers is not None else None
+    threads_busy = None
+    compute = sum(summary.phase_s(p) for p in COMPUTE_PHASES)
+    step = summary.step_time_mean_s
+    if main is not None and compute > 0 and step > 0:
+        load_main = 0.0
+        pipe = summarize_pipeline(record)
+        if pipe is not None and pipe.in_main_process:
+            load_main = pipe.cpu_s_per_sample * summary.samples_per_step
+        threads_busy = max(0.0, main * step - load_main) / compute
+        if record.config.torch_threads:
+            threads_busy = min(threads_busy, float(record.config.torch_threads))
+    return MachineLoad(cores, total, record.config.torch_threads, main, workers, other, busy_share, threads_busy)
+
+
+def fixed_and_serial_s(record: RunRecord, summary: StepSummary) -> tuple[float, float]:
+    """(seconds per step that do not grow with the batch, seconds that run on one thread).
+
+    Serial: each aten op pays a fixed host dispatch cost (the overhead probe) on the main thread.
+    Fixed: that dispatch plus the optimizer update (its size is the model's, not the batch's).
+    """
+    cfg = record.config
+    compute = summary.phase_s("forward") + summary.phase_s("backward")
+    overhead = record.probes.op_overhead_ns
+    ops = cfg.aten_ops_by_phase.get("forward", 0) + cfg.aten_ops_by_phase.get("backward", 0)
+    dispatch = min(compute, ops * overhead / 1e9) if overhead is not None and ops else 0.0
+    return dispatch + summary.phase_s("optimizer"), dispatch
+
+
+def compute_threads(load: MachineLoad) -> float:
+    """The trainer's threads the model counts: measured busy, or configured where the machine hid it."""
+    configured = float(load.torch_threads or load.cores)
+    # Threads beyond the cores cannot all show as busy, yet each wants a core: the configured count.
+    if load.compute_threads_busy is None or load.saturated or configured > load.cores:
+        return configured
+    return max(1.0, min(configured, load.compute_threads_busy))
+
+
+def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | None = None) -> StepInputs | None:
+    """The model's inputs for this run (calibrated to its measured contention); ``None`` without steps."""
+    if summary.steps == 0 or summary.step_time_mean_s <= 0:
+        return None
+    host = host or summarize_host(record)
+    load = machine_load(record, summary, host)
+    phases = {p: summary.phase_s(p) for p in ("data_wait", *COMPUTE_PHASES)}
+    fixed, serial = fixed_and_serial_s(record, summary)
+    pipe = summarize_pipeline(record)
+    gpu = record.config.device_type == "cuda"
+    workers, load_cpu, blocked, extra, queue = 0, 0.0, 0.0, 0.0, 0.0
+    pin = 0.0
+    n = summary.samples_per_step
+    if pipe is not None:
+        workers = 0 if pipe.in_main_process else pipe.loader.num_workers
+        load_cpu = pipe.cpu_s_per_sample * n
+        delay = pipe.run_delay_s_per_sample or 0.0
+        blocked = max(0.0, pipe.wall_s_per_sample - pipe.cpu_s_per_sample - delay) * n
+        queue = min(delay, max(0.0, pipe.wall_s_per_sample - pipe.cpu_s_per_sample)) / pipe.cpu_s_per_sample \
+            if pipe.cpu_s_per_sample > 0 else 0.0
+        if workers == 0:
+            extra = max(0.0, phases["data_wait"] - load_cpu * (1.0 + queue) - blocked)
+        if pipe.loader.pin_memory and gpu:
+            pin = sum(t.nbytes for t in record.config.batch) / PIN_COPY_BYTES_PER_S
+    elif phases["data_wait"] > 0:
+        # No worker reported: the wait is loading in the main thread, of unknown kind.
+        extra = phases["data_wait"]
+    inp = StepInputs(
+        phases_s=phases,
+        cores=float(load.cores),
+        compute_threads=compute_threads(load),
+        serial_s=serial,
+        fixed_s=fixed,
+        workers=workers,
+        load_cpu_s=load_cpu,
+        load_blocked_s=blocked,
+        load_extra_s=extra,
+        load_queue_per_cpu=queue,
+        pin_cpu_s=pin,
+        other_cores=load.other_cores or 0.0,
+        oversubscription_penalty=record.probes.threads_speedup or 1.0,
+        samples_per_step=n,
+        gpu=gpu,
+        # NVML's utilization is the share of time a kernel ran: the device's busy time per step.
+        device_s=host.gpu_util_pct / 100.0 * summary.step_time_mean_s if gpu and host.gpu_util_pct is not None else None,
+    )
+    return calibrated(inp)

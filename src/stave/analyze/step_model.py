@@ -1,0 +1,283 @@
+"""The one model of the step and the machine: measured inputs in, a step time out.
+
+Every finding's ``est_speedup`` is the model's step time before its fix over the step time after
+it, where the fix is a change to the model's inputs (:class:`StepInputs`): ``workers 6 -> 2``,
+``compute_threads 2 -> 1``, ``load_cpu_s / 8``, ``batch_scale 1 -> 4``, a phase's speed factor.
+The model is pure (numbers in, numbers out) and small; docs/doctor.md ("The step model") states it
+and each docs/findings page says which inputs its fix changes.
+
+The step, per optimizer step (seconds):
+
+* **compute** ``C``: h2d + forward + backward + optimizer + other, the main thread's work. Part of
+  it (``serial_s``: per-op dispatch) runs on one thread whatever the thread count; the rest on
+  ``compute_threads`` threads. ``fixed_s`` of it does not grow with the batch.
+* **the CPU budget**: runnable threads want cores: the trainer's compute threads, the loader
+  workers' CPU (spread over the step), the pin-memory thread, other processes on the machine.
+  With ``R`` wanting ``c`` usable cores a fair scheduler gives each ``c / R`` of a core, and a
+  parallel op waits for its slowest thread, so the compute stretches by ``max(1, R / c)``.
+  Threads beyond the cores also pay the oversubscription penalty the thread probe measured.
+* **the input**: loader workers prepare batches alongside the compute; a prefetched batch hides
+  behind the compute up to the compute time, so ``T = max(C, producer time per batch)``. Loading
+  in the main process (``workers == 0``) does not overlap: ``T = C + load``.
+* **on a GPU** the host's compute phases are what the device timeline shows; the launch queue
+  bounds a step from below by ``device_s`` (GPU busy time) when known.
+
+The model's step before a fix is matched to the measured one (:func:`estimate`): whatever of the
+measured step the model leaves unexplained (jitter, imperfect overlap) is kept in both, so a fix
+is credited only with the time the model says it saves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from stave.analyze.breakdown import StepSummary
+
+# Phases the main thread spends computing (everything but the wait for data).
+COMPUTE_PHASES = ("h2d", "forward", "backward", "optimizer", "other")
+# Fixed-point iterations for T (the loader's cores depend on T, and T on the cores). The map is a
+# contraction in practice; 30 rounds settle it to well under a microsecond.
+FIXED_POINT_ROUNDS = 30
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """What the model reads. Seconds are per optimizer step; cores are cores' worth of CPU.
+
+    ``phases_s``: measured mean seconds of each phase (data_wait, h2d, forward, backward,
+    optimizer, other), taken as they ran under this run's contention ``stretch_measured``.
+    ``phase_speed``: per-phase speed factor a fix applies (bf16 2x on forward: ``{"forward": 2}``).
+    ``compute_threads``: the trainer's intra-op threads that actually run (measured busy, or the
+    configured count when the machine was saturated and could not show it).
+    ``serial_s``: compute time on one thread whatever the pool size (per-op dispatch).
+    ``fixed_s``: compute time that does not grow with the batch (optimizer, per-op dispatch).
+    ``workers``: loader worker processes (0: loading in the main thread).
+    ``load_cpu_s`` / ``load_blocked_s``: one step's samples: CPU-seconds, and seconds blocked off
+    CPU (storage latency) as one loader sees them. ``load_extra_s``: main-process only, the part
+    of the measured wait beyond the samples' loading (sampler, fetch, collate overhead).
+    ``load_queue_per_cpu``: seconds the loading sat runnable waiting for a core per CPU-second
+    (schedstat run_delay), measured under ``stretch_measured``; it scales with the stretch.
+    ``wait_exposed_s``: with workers, the data wait their steady output does not explain (epoch
+    starts, the main thread's unpickling of each batch, jitter): added to the step, not hidden.
+    ``pin_cpu_s``: CPU-seconds of the pin-memory thread. ``other_cores``: cores held by processes
+    outside the job. ``cores``: usable cores (affinity, cgroup quota).
+    ``oversubscription_penalty``: the thread probe's measured slowdown of threads > cores (1: none).
+    ``batch_scale``: samples per step relative to the measured run. ``device_s``: GPU busy time.
+    """
+
+    phases_s: dict[str, float]
+    cores: float
+    compute_threads: float = 1.0
+    serial_s: float = 0.0
+    fixed_s: float = 0.0
+    workers: int = 0
+    load_cpu_s: float = 0.0
+    load_blocked_s: float = 0.0
+    load_extra_s: float = 0.0
+    load_queue_per_cpu: float = 0.0
+    wait_exposed_s: float = 0.0
+    pin_cpu_s: float = 0.0
+    other_cores: float = 0.0
+    oversubscription_penalty: float = 1.0
+    phase_speed: dict[str, float] = field(default_factory=dict)
+    batch_scale: float = 1.0
+    samples_per_step: float = 0.0
+    gpu: bool = False
+    device_s: float | None = None
+    # The compute stretch the phases were measured under; set by :func:`calibrated` so the model
+    # can take it out before applying a fix's own stretch.
+    stretch_measured: float = 1.0
+
+    # The thread count the phases were measured with (set by :func:`calibrated`).
+    threads_measured: float = 1.0
+
+    def changed(self, **changes: object) -> "StepInputs":
+        """These inputs with a fix applied (a copy; the inputs are never mutated)."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """The model's answer: step time and what set it."""
+
+    step_s: float
+    compute_s: float
+    producer_s: float
+    stretch: float
+    cores_wanted: float
+    bound: str
+
+
+def _threads_wanted(inp: StepInputs) -> float:
+    return max(1.0, inp.compute_threads)
+
+
+def stretch_for(inp: StepInputs, loader_cores: float) -> float:
+    """Slowdown of every runnable thread from the CPU budget: wanted cores over usable cores, >= 1."""
+    if inp.gpu:
+        return 1.0
+    wanted = _threads_wanted(inp) + loader_cores + inp.other_cores
+    return max(1.0, wanted / max(inp.cores, 1e-9))
+
+
+def _penalty(inp: StepInputs, threads: float) -> float:
+    return max(1.0, inp.oversubscription_penalty) if threads > inp.cores else 1.0
+
+
+def _compute_s(inp: StepInputs, stretch: float) -> float:
+    """The main thread's compute per step under ``stretch``, after the fix's speed, batch and thread changes.
+
+    The measured compute is taken back to no contention (divided by ``stretch_measured``); its
+    parallel part (all but ``serial_s``) is CPU work split over the threads, so it scales with
+    measured threads / new threads. Threads beyond the cores add no throughput (the stretch holds
+    them to a fair share) and pay ``oversubscription_penalty``.
+    """
+    total = 0.0
+    for phase in COMPUTE_PHASES:
+        total += inp.phases_s.get(phase, 0.0) / max(inp.phase_speed.get(phase, 1.0), 1e-9)
+    base = total / max(inp.stretch_measured, 1e-9)
+    serial = min(inp.serial_s, base)
+    fixed = min(inp.fixed_s, base)
+    parallel = (base - serial) * max(1.0, inp.threads_measured) / _threads_wanted(inp)
+    if not inp.gpu:
+        # The measured run paid the penalty when its threads exceeded the cores; the fix pays it
+        # when its threads do.
+        parallel *= _penalty(inp, inp.compute_threads) / _penalty(inp, inp.threads_measured)
+    # Fixed per-step work stays; the rest grows with the batch.
+    per_step = fixed + (serial + parallel - fixed) * inp.batch_scale if serial + parallel > fixed else serial + parallel
+    return per_step * stretch
+
+
+def _loading_s(inp: StepInputs, load_cpu_s: float, stretch: float | None) -> float:
+    """Wall time of the loading's CPU part: its CPU plus its wait for a core.
+
+    In the main thread (``stretch`` None) the loading runs while the compute threads wait, so it
+    keeps its measured wait per CPU-second. In workers it runs beside the compute: the measured
+    wall per CPU-second (the run_delay counter, or the fair-share stretch where that is larger or
+    hidden) scales with the stretch the fix leads to.
+    """
+    measured_per_cpu = 1.0 + inp.load_queue_per_cpu
+    if stretch is None:
+        return load_cpu_s * measured_per_cpu
+    return load_cpu_s * max(measured_per_cpu, inp.stretch_measured) * stretch / max(inp.stretch_measured, 1e-9)
+
+
+def step_time(inp: StepInputs) -> StepTime:
+    """The model's step time for ``inp`` (see the module docstring for the equations)."""
+    k = inp.batch_scale
+    load_cpu = inp.load_cpu_s * k
+    blocked = inp.load_blocked_s * k
+    pin = inp.pin_cpu_s * k
+    if inp.workers <= 0:
+        # Main-process loading: no overlap; the pin thread and other processes still want cores.
+        compute0 = _compute_s(inp, 1.0)
+        stretch = stretch_for(inp, pin / max(compute0, 1e-9))
+        compute = compute0 * stretch
+        load = _loading_s(inp, load_cpu, None) + blocked + inp.load_extra_s * k
+        st = StepTime(compute + load, compute, load, stretch, _threads_wanted(inp) + inp.other_cores, "serial")
+        return _device_bound(inp, st)
+    t = _compute_s(inp, 1.0) + (load_cpu + blocked) / inp.workers
+    stretch, compute, producer, loader_cores = 1.0, 0.0, 0.0, 0.0
+    for _ in range(FIXED_POINT_ROUNDS):
+        # Loader CPU is spread over the step; a worker is one thread, so at most `workers` cores.
+        loader_cores = min(float(inp.workers), (load_cpu + pin) / max(t, 1e-9))
+        stretch = stretch_for(inp, loader_cores)
+        compute = _compute_s(inp, stretch)
+        # A worker gets the same fair share of a core as every other runnable thread.
+        producer = (_loading_s(inp, load_cpu, stretch) + blocked) / inp.workers
+        t = max(compute, producer)
+    bound = "compute" if compute >= producer else "input"
+    wanted = _threads_wanted(inp) + loader_cores + inp.other_cores
+    st = StepTime(t + inp.wait_exposed_s, compute, producer, stretch, wanted, bound)
+    return _device_bound(inp, st)
+
+
+def _device_bound(inp: StepInputs, st: StepTime) -> StepTime:
+    """On a GPU the host cannot run ahead of the device by more than its launch queue: the step is at
+    least the device's busy time."""
+    if inp.device_s is not None and inp.device_s * inp.batch_scale > st.step_s:
+        return dataclasses.replace(st, step_s=inp.device_s * inp.batch_scale, bound="device")
+    return st
+
+
+def calibrated(inp: StepInputs) -> StepInputs:
+    """The inputs matched to the measured run: ``stretch_measured`` set to the stretch the model sees
+    in it, and, when the step waited for data longer than the workers' steady output explains, that
+    part of the wait set as ``wait_exposed_s`` (epoch starts, the main thread's side of each fetch,
+    jitter), so that the unchanged inputs give back the measured step.
+    """
+    out = inp.changed(stretch_measured=1.0, threads_measured=inp.compute_threads)
+    for _ in range(FIXED_POINT_ROUNDS):
+        # The stretch depends on the step time, which depends on the stretch taken out: settle both.
+        out = out.changed(stretch_measured=step_time(out).stretch)
+    if out.workers > 0:
+        # The part of the measured wait the workers' steady output does not explain is exposed wait.
+        gap = min(sum(out.phases_s.values()) - step_time(out).step_s, out.phases_s.get("data_wait", 0.0))
+        if gap > 0:
+            out = out.changed(wait_exposed_s=gap)
+    return out
+
+
+def estimate(before: StepInputs, after: StepInputs, measured_step_s: float) -> float:
+    """``est_speedup`` of a fix: samples/s after over before, the model matched to the measured step.
+
+    The remainder of the measured step the model does not explain is kept in both; where the model
+    explains more than was measured, its steps are scaled down to the measurement instead.
+    """
+    t_before = step_time(before).step_s
+    t_after = step_time(after).step_s
+    if t_before <= 0 or t_after <= 0:
+        return 1.0
+    measured = measured_step_s if measured_step_s > 0 else t_before
+    rest = measured - t_before
+    t_after_matched = t_after + rest if rest >= 0 else t_after * measured / t_before
+    per_sample_gain = after.batch_scale / max(before.batch_scale, 1e-9)
+    return max(1.0, measured / max(t_after_matched, 1e-12) * per_sample_gain)
+
+
+def without_phase_time(inp: StepInputs, saved_s: dict[str, float]) -> StepInputs:
+    """The inputs with ``saved_s`` seconds taken off each named phase (a fix that removes work:
+    a stall, a sync wait, Python in the loop, a slower copy).
+
+    The data wait is not an input but what the loader leaves: time saved there comes off the
+    loading (the main thread's extra, then blocked, then CPU time; with workers, the exposed wait,
+    then the blocked time of each batch, which the workers share).
+    """
+    phases = dict(inp.phases_s)
+    out = inp
+    for phase, saved in saved_s.items():
+        saved = max(saved, 0.0)
+        if phase != "data_wait":
+            phases[phase] = max(0.0, phases.get(phase, 0.0) - saved)
+            continue
+        if inp.workers > 0:
+            exposed = min(out.wait_exposed_s, saved)
+            out = out.changed(wait_exposed_s=out.wait_exposed_s - exposed,
+                              load_blocked_s=max(0.0, out.load_blocked_s - (saved - exposed) * inp.workers))
+            continue
+        extra = min(out.load_extra_s, saved)
+        blocked = min(out.load_blocked_s, saved - extra)
+        cpu = min(out.load_cpu_s, saved - extra - blocked)
+        out = out.changed(load_extra_s=out.load_extra_s - extra, load_blocked_s=out.load_blocked_s - blocked,
+                          load_cpu_s=out.load_cpu_s - cpu)
+    return out.changed(phases_s=phases)
+
+
+# --- the single-phase forms most findings need ------------------------------------------------------
+
+
+def speedup(t_s: float, t_new_s: float) -> float:
+    """``T / T'``, never below 1.0 (a fix is not estimated to slow the step) and 1.0 when undefined."""
+    if t_s <= 0 or t_new_s <= 0:
+        return 1.0
+    return max(1.0, t_s / t_new_s)
+
+
+def phase_s(summary: StepSummary, phase: str) -> float:
+    """A phase's seconds in a median step: its time-weighted share times the median step time.
+
+    Shares add up to 1, so phases computed this way add up to the median step: estimates that
+    shrink one phase stay consistent with ``T`` being the median.
+    """
+    return summary.breakdown.get(phase, 0.0) * summary.step_time_median_s

@@ -1,0 +1,88 @@
+"""RECOMPILES: torch.compile compiles again and again during training.
+
+Dynamo specializes a compiled frame on what its guards check (tensor shapes, dtypes, Python
+values). A shape that changes from step to step (variable sequence lengths, a last batch of
+another size, a Python int that changes) fails the guards and compiles a new graph; after a first
+recompile dynamo marks the dimension dynamic, but ``dynamic=False``, a changing rank or dtype, or a
+guarded Python value recompiles every time, until the recompile limit falls back to eager. Each
+compile costs seconds on the main thread, inside the step that triggered it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from stave.analyze.step_inputs import step_inputs
+from stave.analyze.step_model import estimate
+from stave.diagnose.engine import rule
+from stave.diagnose.finding import Finding
+from stave.diagnose.inputs import DoctorInput
+from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, make_finding
+
+# One frame compiled after warm-up is a recompile; two or more is a pattern, not a one-off (an
+# epoch's last short batch compiles once and is then cached).
+MIN_RECOMPILES = 2
+
+_SIZE = re.compile(r"tensor '([^']+)' (size|rank|dtype|stride)[^.]*mismatch(?: at index (\d+))?")
+
+
+def _changing(reasons: list[str]) -> tuple[str | None, str | None, str | None]:
+    """(tensor, what changed, index) of the first guard failure that names a tensor."""
+    for text in reasons:
+        m = _SIZE.search(text)
+        if m:
+            return m.group(1), m.group(2), m.group(3)
+    return None, None, None
+
+
+@rule("RECOMPILES", kind="doctor")
+def recompiles(inp: DoctorInput) -> Finding | None:
+    """Frames were compiled again during the counted steps."""
+    record, summary = inp.record, inp.summary
+    cfg = record.config
+    n = cfg.compile_frames_counted
+    if n is None or n < MIN_RECOMPILES or summary.steps == 0:
+        return None
+    compile_s = cfg.compile_s_counted or 0.0
+    model = step_inputs(record, summary)
+    if model is None:
+        return None
+    # The compiles ran inside the steps' forward (where the compiled module is called): per step,
+    # their mean share of the counted steps comes off that phase.
+    per_step = compile_s / summary.steps
+    phases = dict(model.phases_s)
+    phases["forward"] = max(0.0, phases.get("forward", 0.0) - per_step)
+    est = estimate(model, model.changed(phases_s=phases), summary.step_time_mean_s)
+    tensor, what, index = _changing(cfg.recompile_reasons)
+    if tensor and what == "size" and index is not None:
+        fix = (f"torch._dynamo.mark_dynamic({tensor.split('[')[0]}, {index})  # before the compiled call: one graph for all sizes\n"
+               f"# or pad/bucket dimension {index} to a few fixed sizes (e.g. multiples of 64), or drop_last=True\n"
+               "# or torch.compile(model, dynamic=True)")
+    else:
+        fix = ("# find the changing guard:  TORCH_LOGS=recompiles python train.py\n"
+               "# keep shapes, dtypes and Python values passed to the compiled call fixed (bucket/pad shapes,\n"
+               "# torch._dynamo.mark_dynamic(x, dim) for a dimension that must vary)")
+    severity = None if est >= REPORT_MIN_SPEEDUP else "info"
+    changed = f" ({what} of {tensor}{'' if index is None else f' dim {index}'} changes)" if tensor else ""
+    return make_finding(
+        "RECOMPILES",
+        est,
+        f"torch.compile compiled {n} more frames after warm-up{changed}, {compile_s:.1f} s of compiling",
+        {
+            "frames_compiled_after_warmup": n,
+            "frames_compiled_total": cfg.compile_frames,
+            "compile_s_after_warmup": compile_s,
+            "compile_s_per_step": per_step,
+            "recompile_reasons": cfg.recompile_reasons,
+            "changing_tensor": tensor,
+            "changing_property": what,
+            "changing_dim": index,
+            "model_inputs_changed": {"phases_s.forward": [model.phases_s.get("forward", 0.0), phases["forward"]]},
+        },
+        fix,
+        explanation=(
+            "Each guard failure compiles a new graph on the main thread, inside the step. Estimate: "
+            "the step model with the counted steps' compile time taken off their forward phase."
+        ),
+        severity=severity,
+    )

@@ -1,0 +1,62 @@
+"""MACHINE_BUSY: processes outside the job held the cores the job may use.
+
+Not the job's fault, and it colours every timing of the run: a step measured beside another busy
+process is slower than the same step alone, and what each fix would buy shifts with it. So the
+finding is said first (it ranks ahead of the job's findings) and marks the run's timing-based
+findings less certain (the engine sets ``certain=False`` on them, see
+:func:`stave.diagnose.engine.run_rules`). The estimate is the step model with the other
+processes' cores given back: what the job would gain on a quiet machine.
+"""
+
+from __future__ import annotations
+
+from stave.analyze.step_inputs import machine_load, step_inputs
+from stave.analyze.step_model import estimate
+from stave.diagnose.engine import rule
+from stave.diagnose.finding import Finding
+from stave.diagnose.inputs import DoctorInput
+from stave.diagnose.rules._helpers import make_finding
+
+# Other processes must hold this many cores' worth of the job's usable cores: a quarter of a core
+# is the background of any machine (the monitor, the shell, kernel threads); beyond it another
+# job's work is running on the cores the measurement assumed were the job's.
+MACHINE_BUSY_MIN_CORES = 0.25
+
+
+@rule("MACHINE_BUSY", kind="doctor")
+def machine_busy(inp: DoctorInput) -> Finding | None:
+    """Other processes held a real share of the job's usable cores while it ran."""
+    record, summary = inp.record, inp.summary
+    model = step_inputs(record, summary)
+    if model is None:
+        return None
+    load = machine_load(record, summary)
+    if load.other_cores is None or load.other_cores < MACHINE_BUSY_MIN_CORES:
+        return None
+    est = estimate(model, model.changed(other_cores=0.0), summary.step_time_mean_s)
+    return make_finding(
+        "MACHINE_BUSY",
+        est,
+        f"Other processes held {load.other_cores:.1f} of the job's {load.cores} usable cores while it ran; "
+        "the timings below are less certain",
+        {
+            "other_processes_cores": load.other_cores,
+            "cores_usable": load.cores,
+            "cores_total": load.cores_total,
+            "machine_busy_share": load.machine_busy_share,
+            "job_main_cores": load.main_cores,
+            "job_workers_cores": load.workers_cores,
+            "min_other_cores": MACHINE_BUSY_MIN_CORES,
+            "model_inputs_changed": {"other_cores": [model.other_cores, 0.0]},
+        },
+        "# Not a change to the job: run it where nothing else holds its cores, or give it its own:\n"
+        "#   taskset -c <free cores> python train.py    (or a cgroup / container CPU limit for the other job)\n"
+        "# then run stave doctor again to confirm the findings below.",
+        explanation=(
+            "The machine's busy CPU minus the job's own process tree (trainer, loader workers, their "
+            "children) is work of other processes on the same cores. The job's threads shared the "
+            "cores with it, so its steps ran slower than they would alone, and the estimates of the "
+            "other findings of this run assume the sharing stays. Estimate: the step model with the "
+            "other processes' cores set to 0."
+        ),
+    )

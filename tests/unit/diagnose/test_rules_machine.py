@@ -1,0 +1,135 @@
+"""CPU_CONTENTION, THREAD_OVERSUBSCRIPTION's boundary with it, and MACHINE_BUSY, on synthetic records."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+
+from synth_records import (
+    BATCH,
+    STEPS,
+    healthy_config,
+    healthy_loader,
+    healthy_record,
+    host_series,
+    make_steps,
+    run_all,
+    run_rule,
+    worker,
+)
+
+from stave.measure import ProbeResults
+
+
+def contention_record(num_workers: int = 6, worker_cpu_us: float = 2500.0, cpu_system_pct: float = 100.0,
+                      torch_threads: int = 2, cores: int = 2):
+    """A CPU job on `cores` cores: 2 busy compute threads and workers running a heavy per-sample
+    transform (2.5 ms CPU a sample, 80 ms a step of 32: 0.8 core), data wait small (3 ms of 100)."""
+    steps = make_steps(lambda i: {"data_wait": 3.0, "forward": 40.0, "backward": 50.0, "optimizer": 5.0, "other": 2.0})
+    per = STEPS * BATCH // num_workers
+    stages = {"load": (worker_cpu_us * 0.1, worker_cpu_us * 0.1), "GaussianBlur": (worker_cpu_us * 0.7, worker_cpu_us * 0.7),
+              "Normalize": (worker_cpu_us * 0.15, worker_cpu_us * 0.15), "collate": (worker_cpu_us * 0.05, worker_cpu_us * 0.05)}
+    rec = healthy_record(
+        steps=steps,
+        config=healthy_config(torch_threads=torch_threads, cores_usable=cores, cores_total=cores,
+                              loaders=[healthy_loader(num_workers=num_workers)]),
+        workers=[worker(i, per, worker_cpu_us, worker_cpu_us, stages=stages) for i in range(num_workers)],
+        host=host_series(steps, cpu_main_pct=130.0, cpu_workers_pct=70.0, cpu_system_pct=cpu_system_pct),
+    )
+    rec.run = dataclasses.replace(rec.run, cores_usable=cores, cores_total=cores)
+    return rec
+
+
+def test_cpu_contention_fires_with_a_small_data_wait_and_names_the_fastest_split():
+    rec = contention_record()
+    f = run_rule("CPU_CONTENTION", rec)
+    assert f is not None
+    assert f.evidence["data_wait_share"] < 0.05
+    assert f.evidence["loader_cores"] > 0.5
+    priced = f.evidence["fixes_priced"]
+    best = max(priced, key=priced.get)
+    assert best in f.title and f.est_speedup == max(priced.values())
+    # The blur (70% of the loading CPU) as a batch-level op frees most of the loader's core.
+    assert "batch-level" in best and f.est_speedup > 1.2
+    assert "load_cpu_s" in f.evidence["model_inputs_changed"]
+    assert run_rule("THREAD_OVERSUBSCRIPTION", rec) is None  # one cause, one finding
+
+
+def test_cpu_contention_silent_when_the_cores_had_room_or_the_loader_is_light():
+    assert run_rule("CPU_CONTENTION", contention_record(cpu_system_pct=60.0)) is None
+    assert run_rule("CPU_CONTENTION", contention_record(worker_cpu_us=20.0)) is None
+    assert run_rule("CPU_CONTENTION", contention_record(cores=8)) is None
+    assert run_rule("CPU_CONTENTION", healthy_record()) is None
+
+
+def test_thread_pools_alone_over_the_cores_are_oversubscription_not_contention():
+    rec = contention_record(torch_threads=8)
+    rec.probes = ProbeResults(threads_speedup=1.8, op_overhead_ns=3000.0)
+    assert run_rule("CPU_CONTENTION", rec) is None
+    f = run_rule("THREAD_OVERSUBSCRIPTION", rec)
+    assert f is not None and f.est_speedup > 1.1
+
+
+def busy_record(other_cores: float):
+    """The healthy job (1.8 + 0.3 cores of its own on 2) beside processes holding `other_cores`."""
+    rec = healthy_record()
+    own = 1.8 + 0.3
+    system = min(100.0, (own + other_cores) / 4 * 100.0)
+    rec.config = dataclasses.replace(rec.config, cores_usable=4, cores_total=4)
+    rec.run = dataclasses.replace(rec.run, cores_usable=4, cores_total=4)
+    rec.host = host_series(rec.steps, cpu_system_pct=system)
+    return rec
+
+
+def test_machine_busy_fires_first_and_marks_the_timing_findings_less_certain():
+    rec = busy_record(other_cores=1.9)
+    rec.config = dataclasses.replace(rec.config, torch_threads=8)
+    rec.probes = ProbeResults(threads_speedup=2.0, op_overhead_ns=3000.0)
+    found = run_all(rec)
+    assert found[0].id == "MACHINE_BUSY"
+    assert found[0].evidence["other_processes_cores"] > 1.5
+    timing = [f for f in found[1:] if f.est_speedup > 1.0]
+    assert timing and all(not f.certain for f in timing)
+    assert found[0].certain
+    assert found[0].to_dict()["certain"] is True and timing[0].to_dict()["certain"] is False
+
+
+def test_machine_busy_silent_on_a_quiet_machine_and_with_others_on_cores_the_job_may_not_use():
+    assert run_rule("MACHINE_BUSY", busy_record(other_cores=0.1)) is None
+    assert all(f.certain for f in run_all(healthy_record()))
+    # 2 of 4 cores are the job's (affinity); another process keeps the other 2 busy: not the job's cores.
+    rec = busy_record(other_cores=1.9)
+    rec.config = dataclasses.replace(rec.config, cores_usable=2)
+    rec.run = dataclasses.replace(rec.run, cores_usable=2)
+    assert run_rule("MACHINE_BUSY", rec) is None
+
+
+def test_batch_dtype_float64_is_priced_in_the_loading_for_a_float32_model():
+    # Workers normalize in float64 (Normalize is most of the loading) beside two compute threads.
+    rec = contention_record(num_workers=2)
+    rec.config = dataclasses.replace(rec.config, batch=[
+        dataclasses.replace(rec.config.batch[0], dtype="float64", nbytes=rec.config.batch[0].nbytes * 2)])
+    f = run_rule("BATCH_DTYPE", rec)
+    assert f is not None
+    assert 0 < f.evidence["float_stage_share_of_loading"] < 0.5  # Normalize + collate, not the blur
+    assert f.evidence["load_cpu_s_per_step_after"] < f.evidence["load_cpu_s_per_step"]
+    assert f.est_speedup > 1.0
+    # The same batch on a quiet machine with cheap loading: little to win, an honest small number.
+    quiet = healthy_record(config=dataclasses.replace(rec.config, torch_threads=1))
+    g = run_rule("BATCH_DTYPE", quiet)
+    assert g is not None and g.est_speedup < f.est_speedup
+
+
+def test_an_uncertain_finding_says_so_in_the_terminal_and_html_views():
+    from rich.console import Console
+
+    from stave.report.findings_view import UNCERTAIN_NOTE, findings_html, findings_renderable
+
+    found = run_all(busy_record(other_cores=1.9))
+    uncertain = [f for f in found if not f.certain]
+    if not uncertain:  # the baseline job has no timing finding of its own: make one uncertain
+        uncertain = [dataclasses.replace(found[0], certain=False)]
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(findings_renderable(uncertain))
+    assert UNCERTAIN_NOTE in console.export_text()
+    assert "less certain" in findings_html(uncertain)
