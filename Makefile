@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # The stamp is rebuilt when the dependency pins or the native part change, so a stale venv is refreshed, not trusted.
 STAMP := $(VENV)/.stave-installed
 
-.PHONY: venv demo test test-fast bench clean
+.PHONY: venv demo test test-fast bench bench-scenarios clean
 
 venv: $(STAMP)
 
@@ -30,6 +30,10 @@ test-fast: venv
 
 bench: venv $(VENV)/.stave-bench-installed
 	$(PY) -m stave.bench.run_all
+
+# The scenario matrix (issue 14): hours on a 2-core machine; results in benchmarks/results/, table in docs/benchmarks.md.
+bench-scenarios: venv
+	PYTHONPATH=src $(PY) benchmarks/scenarios.py --write-docs
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

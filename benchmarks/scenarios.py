@@ -28,7 +28,7 @@ measured table, hog consistency and the healthy controls, with the goals:
 - with a hog, the same top finding as without (or MACHINE_BUSY first and that finding second).
 
     PYTHONPATH=src python benchmarks/scenarios.py [--quick] [--only PATTERN] [--pairs N]
-        [--out PATH] [--write-docs] [--list]
+        [--variant PATTERN] [--out PATH] [--write-docs] [--list]
 
 Framework scenarios (transformers, lightning, accelerate, timm) are skipped, one line each, when
 the framework is not importable; add it with ``PYTHONPATH``.
@@ -445,6 +445,14 @@ def render_markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
         status = r.status + (f": {r.error}" if r.error else "")
         lines.append(f"| `{r.scenario}` | {r.variant} | {r.expect or '(healthy)'} | {top or 'none'} | {est} | {meas} "
                      f"| {spread} | {within} | {status} |")
+    hogs = list(hog_pairs(rows))
+    if hogs:
+        lines += ["", "Beside a hog (the same row without it on the left):", "",
+                  "| scenario | row | top without hog | findings with hog | consistent |", "|---|---|---|---|---|"]
+        for quiet, hogged in hogs:
+            ids = ", ".join(str(f[0]) for f in hogged.findings[:3]) or "none"
+            lines.append(f"| `{hogged.scenario}` | {hogged.variant} | {quiet.top_finding or 'none'} | {ids} "
+                         f"| {'yes' if hog_consistent(quiet, hogged) else '**no**'} |")
     return "\n".join(lines)
 
 
@@ -473,8 +481,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", metavar="PATTERN", help="scenarios whose name/mechanism/finding matches "
                         "(glob or substring; comma-separated for several)")
-    parser.add_argument("--quick", action="store_true", help="2 pairs, quick_steps, first variant only (smoke run)")
-    parser.add_argument("--pairs", type=int, help=f"interleaved pairs per row (default 5; --quick 2)")
+    parser.add_argument("--variant", metavar="PATTERN", help="only rows whose label (e.g. 'base/2c/hog') matches "
+                        "the glob or contains the text")
+    parser.add_argument("--quick", action="store_true", help="2 pairs, quick_steps, the first row of each scenario "
+                        "(or the --variant rows): a smoke run")
+    parser.add_argument("--pairs", type=int, help="interleaved pairs per row (default 5; --quick 2)")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="results JSON (rewritten after every row)")
     parser.add_argument("--write-docs", action="store_true", help="write the section of docs/benchmarks.md")
     parser.add_argument("--list", action="store_true", help="list the scenarios and variants, run nothing")
@@ -493,7 +504,12 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             print(f"skip {sc.name}: {', '.join(missing)} not importable", file=sys.stderr)
             continue
-        variants = sc.variants[:1] if args.quick else sc.variants
+        variants = list(sc.variants)
+        if args.variant:
+            pat = args.variant if any(ch in args.variant for ch in "*?[") else f"*{args.variant}*"
+            variants = [v for v in variants if fnmatch.fnmatch(v.label, pat)]
+        elif args.quick:
+            variants = variants[:1]
         plan += [(sc, v) for v in variants if v.cores <= len(os.sched_getaffinity(0))]
     if args.list:
         for sc, v in plan:
