@@ -28,7 +28,7 @@ measured table, hog consistency and the healthy controls, with the goals:
 - with a hog, the same top finding as without (or MACHINE_BUSY first and that finding second).
 
     PYTHONPATH=src python benchmarks/scenarios.py [--quick] [--only PATTERN] [--pairs N]
-        [--variant PATTERN] [--out PATH] [--write-docs] [--list]
+        [--variant PATTERN] [--out PATH] [--write-docs] [--list] [--from-json PATH]
 
 Framework scenarios (transformers, lightning, accelerate, timm) are skipped, one line each, when
 the framework is not importable; add it with ``PYTHONPATH``.
@@ -130,6 +130,17 @@ def native_bf16_cpu() -> bool:
     except OSError:
         return False
     return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (the platform's machine type where there is none)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:  # not Linux: the machine type is what can be named
+        return platform.processor() or platform.machine()
+    return platform.processor() or platform.machine()
 
 
 def load_matrix(path: Path = MATRIX_PATH, bf16: bool | None = None) -> list[Scenario]:
@@ -489,7 +500,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="results JSON (rewritten after every row)")
     parser.add_argument("--write-docs", action="store_true", help="write the section of docs/benchmarks.md")
     parser.add_argument("--list", action="store_true", help="list the scenarios and variants, run nothing")
+    parser.add_argument("--from-json", metavar="PATH", help="run nothing: render (and with --write-docs write) "
+                        "the section from a results file written earlier")
     args = parser.parse_args(argv)
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+        markdown = render_markdown([Row(**r) for r in saved["rows"]], saved["meta"])
+        print(markdown)
+        if args.write_docs:
+            write_docs(DOCS_PATH, markdown)
+        return 0
     pairs = args.pairs if args.pairs is not None else (2 if args.quick else MIN_PAIRS_FOR_GOALS)
     if pairs < 1:
         print(f"--pairs must be >= 1, got {pairs}", file=sys.stderr)
@@ -525,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     meta: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        "machine": f"{cpu_model()}, {os.cpu_count()} cores, "
                    f"native bf16: {native_bf16_cpu()}",
         "pairs": pairs, "quick": args.quick, "only": args.only or "",
         "command": "python benchmarks/scenarios.py " + " ".join(argv if argv is not None else sys.argv[1:]),
