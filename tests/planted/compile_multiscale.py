@@ -4,7 +4,7 @@ Detection-style multi-scale training picks a random input resolution every step 
 many sizes between 64 and 160 pixels in steps of 8) and the conv net is compiled with
 ``dynamic=False``: each resolution is a new graph, compiled again until the recompile limit.
 
-``--fixed``: the height and width marked dynamic (``torch._dynamo.mark_dynamic``) under a plain
+``--fixed``: the height and width marked dynamic (``torch._dynamo.maybe_mark_dynamic``) under a plain
 ``torch.compile(model)``: one graph for all sizes; the same resolutions are drawn.
 """
 
@@ -31,8 +31,9 @@ def main() -> None:
         x = torch.randn(args.batch_size, 3, size, size, generator=gen)
         y = torch.randint(0, 10, (args.batch_size,), generator=gen)
         if args.fixed:
-            torch._dynamo.mark_dynamic(x, 2)
-            torch._dynamo.mark_dynamic(x, 3)
+            # maybe_: height and width are equal here, which dynamo may relate; a strict mark would refuse.
+            torch._dynamo.maybe_mark_dynamic(x, 2)
+            torch._dynamo.maybe_mark_dynamic(x, 3)
         loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
