@@ -13,7 +13,7 @@ COMPAT_VENV ?= .venv-compat
 COMPAT_TORCH ?= torch==2.13.0 torchvision==0.28.0
 COMPAT_PIP_FLAGS ?=
 
-.PHONY: venv demo test test-fast compat bench clean
+.PHONY: venv demo test test-fast compat bench bench-scenarios clean
 
 venv: $(STAMP)
 
@@ -47,6 +47,10 @@ compat:
 
 bench: venv $(VENV)/.stave-bench-installed
 	$(PY) -m benchmarks.run_all
+
+# The scenario matrix (issue 14): hours on a 2-core machine; results in benchmarks/results/, table in docs/benchmarks.md.
+bench-scenarios: venv
+	PYTHONPATH=src $(PY) benchmarks/scenarios.py --write-docs
 
 clean:
 	rm -rf $(VENV) $(COMPAT_VENV) build *.egg-info src/*.egg-info .pytest_cache

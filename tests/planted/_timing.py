@@ -16,14 +16,14 @@ import time
 TIMING_PREFIX = "PLANTED-TIMING "
 
 
-def planted_args(description: str, steps: int = 60, **extra: int) -> argparse.Namespace:
-    """The options every planted script takes: --fixed, --steps, --warmup (plus ``extra`` ints)."""
+def planted_args(description: str, steps: int = 60, **extra: int | float | str) -> argparse.Namespace:
+    """The options every planted script takes: --fixed, --steps, --warmup (plus ``extra``, typed by default)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--fixed", action="store_true", help="apply the fix the doctor should suggest")
     parser.add_argument("--steps", type=int, default=steps, help="optimizer steps to run, then stop")
     parser.add_argument("--warmup", type=int, default=5, help="steps left out of the printed timing")
     for name, default in extra.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=default)
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
     return parser.parse_args()
 
 

@@ -1,0 +1,596 @@
+"""The scenario matrix: does the doctor name each planted bottleneck, and is its estimate right?
+
+Every scenario in ``benchmarks/scenarios/matrix.toml`` is one planted script in ``tests/planted/``
+(plain PyTorch, or a framework's loop) with one bottleneck, a ``--fixed`` flag that applies its fix
+by hand, and the finding the doctor should name first (declared in the registry, never here). Each
+scenario runs in several variants: model and batch sizes (script arguments), 1 or 2 usable cores
+(CPU affinity of the child process tree) and a background CPU hog (a busy-loop process pinned to
+the variant's first core). Torch's default thread counts throughout: ``OMP_NUM_THREADS`` and
+``MKL_NUM_THREADS`` are removed from the children's environment.
+
+Per variant (a row):
+
+1. one warm-up pair, then ``--pairs`` interleaved pairs of plain runs, planted and ``--fixed``, each a
+   separate process (A B, B A, A B, ...); the measured speedup is the median over pairs of the ratio
+   of the statistic the scenario names, with its spread ((max - min) / median); a spread above
+   ``MAX_SPREAD`` makes the row *unmeasured* (a miss for the estimate goal);
+2. ``stave doctor --json`` once on the planted script: top finding, and the est_speedup of the
+   expected finding.
+
+Results go to a JSON file after every row (atomic writes: Ctrl-C or a failure keeps the rows so
+far) and, with ``--write-docs``, to the section between the ``scenarios`` markers in
+docs/benchmarks.md: the confusion matrix (planted mechanism -> top finding), the estimate-vs-
+measured table, hog consistency and the healthy controls, with the goals:
+
+- the right top finding on >= 95 % of planted rows;
+- no finding on a healthy control (beside a hog: MACHINE_BUSY only);
+- the estimate within 1.5x of the measured speedup on >= 90 % of planted rows;
+- with a hog, the same top finding as without (or MACHINE_BUSY first and that finding second).
+
+    PYTHONPATH=src python benchmarks/scenarios.py [--quick] [--only PATTERN] [--pairs N]
+        [--variant PATTERN] [--out PATH] [--write-docs] [--list] [--from-json PATH]
+
+Framework scenarios (transformers, lightning, accelerate, timm) are skipped, one line each, when
+the framework is not importable; add it with ``PYTHONPATH``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import importlib.util
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))  # the checkout's stave, when run as a plain script
+
+from stave.analyze.stats import median, relative_spread  # noqa: E402
+from stave.files import atomic_write_json, atomic_write_text  # noqa: E402
+
+MATRIX_PATH = ROOT / "benchmarks" / "scenarios" / "matrix.toml"
+PLANTED_DIR = ROOT / "tests" / "planted"
+DOCS_PATH = ROOT / "docs" / "benchmarks.md"
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "scenarios.json"
+DOCS_BEGIN = "<!-- scenarios:begin -->"
+DOCS_END = "<!-- scenarios:end -->"
+TIMING_PREFIX = "PLANTED-TIMING "  # the last line every planted script prints (tests/planted/_timing.py)
+
+# The issue's goals.
+GOAL_TOP_SHARE = 0.95  # right top finding on at least this share of planted rows
+GOAL_ESTIMATE_SHARE = 0.90  # estimate within ESTIMATE_FACTOR on at least this share
+ESTIMATE_FACTOR = 1.5  # estimate and measurement agree when neither exceeds the other by more
+MAX_SPREAD = 0.5  # a row whose pair ratios spread more than this is unmeasured (a miss)
+MIN_PAIRS_FOR_GOALS = 5  # fewer pairs (--quick) is a smoke run: goals printed, not claimed
+MACHINE_BUSY = "MACHINE_BUSY"
+# A run longer than this is stuck (the slowest planted run takes about a minute on a quiet 2-core machine).
+RUN_TIMEOUT_S = 900
+# Environment variables that would pin torch's thread pools: the matrix runs torch's defaults.
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+class ScenarioError(Exception):
+    """A child run failed or printed no timing; the row records it and the matrix goes on."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row of the matrix: script arguments, usable cores, background hog."""
+
+    name: str
+    args: tuple[str, ...] = ()
+    cores: int = 2
+    hog: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}/{self.cores}c{'/hog' if self.hog else ''}"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One planted script and what the doctor should say about it (from matrix.toml)."""
+
+    name: str
+    script: str
+    mechanism: str  # the planted mechanism ("healthy" for a control)
+    expect: str  # the expected top finding; "" for a healthy control
+    statistic: str  # median_step_s / mean_step_s (shrink with the fix) or samples_per_s (grows)
+    steps: int
+    quick_steps: int
+    warmup: int
+    variants: tuple[Variant, ...]
+    requires: tuple[str, ...] = ()
+    nproc: int = 1  # > 1: launched with torchrun (gloo), the doctor with --nproc-per-node
+    expect_without_native_bf16: str | None = None  # the expectation on a CPU without native bf16
+    fast: bool = False  # part of the CI subset (tests/integration/test_scenarios_fast.py)
+    fast_args: tuple[str, ...] = ()
+    fast_steps: int = 15
+    framework: str = ""
+
+    @property
+    def healthy(self) -> bool:
+        return self.expect == ""
+
+
+def native_bf16_cpu() -> bool:
+    """True when the CPU has native bf16 matmul instructions (AMX-BF16 or AVX512-BF16)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (the platform's machine type where there is none)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:  # not Linux: the machine type is what can be named
+        return platform.processor() or platform.machine()
+    return platform.processor() or platform.machine()
+
+
+def load_matrix(path: Path = MATRIX_PATH, bf16: bool | None = None) -> list[Scenario]:
+    """The scenarios of the registry, their expectations resolved for this machine's CPU."""
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    defaults = data.get("defaults", {})
+    default_variants = data.get("default_variants", [])
+    native = native_bf16_cpu() if bf16 is None else bf16
+    out: list[Scenario] = []
+    for raw in data["scenario"]:
+        expect = raw.get("expect", "")
+        if "expect_without_native_bf16" in raw and not native:
+            expect = raw["expect_without_native_bf16"]
+        variants = tuple(
+            Variant(v["name"], tuple(v.get("args", ())), int(v.get("cores", 2)), bool(v.get("hog", False)))
+            for v in raw.get("variants", default_variants)
+        )
+        out.append(Scenario(
+            name=raw["name"],
+            script=raw.get("script", raw["name"] + ".py"),
+            mechanism=raw["mechanism"],
+            expect=expect,
+            statistic=raw.get("statistic", defaults.get("statistic", "median_step_s")),
+            steps=int(raw.get("steps", defaults.get("steps", 40))),
+            quick_steps=int(raw.get("quick_steps", defaults.get("quick_steps", 15))),
+            warmup=int(raw.get("warmup", defaults.get("warmup", 5))),
+            variants=variants,
+            requires=tuple(raw.get("requires", ())),
+            nproc=int(raw.get("nproc", 1)),
+            expect_without_native_bf16=raw.get("expect_without_native_bf16"),
+            fast=bool(raw.get("fast", False)),
+            fast_args=tuple(raw.get("fast_args", ())),
+            fast_steps=int(raw.get("fast_steps", defaults.get("fast_steps", 15))),
+            framework=raw.get("framework", ""),
+        ))
+    return out
+
+
+def missing_modules(scenario: Scenario) -> list[str]:
+    """The modules a scenario needs that this Python cannot import."""
+    return [m for m in scenario.requires if importlib.util.find_spec(m) is None]
+
+
+def child_env() -> dict[str, str]:
+    """The children's environment: the checkout's stave first, torch's default thread counts."""
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_ENV}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), str(PLANTED_DIR), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def core_set(cores: int) -> set[int]:
+    """The first ``cores`` CPUs this process may use."""
+    usable = sorted(os.sched_getaffinity(0))
+    if cores > len(usable):
+        raise ScenarioError(f"the variant wants {cores} cores, this process may use {len(usable)}")
+    return set(usable[:cores])
+
+
+def run_child(cmd: Sequence[str], cpus: set[int], timeout_s: float = RUN_TIMEOUT_S) -> str:
+    """Run ``cmd`` pinned to ``cpus`` (its whole process tree inherits the affinity); its stdout."""
+    proc = subprocess.Popen(
+        list(cmd), cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, preexec_fn=lambda: os.sched_setaffinity(0, cpus),
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise ScenarioError(f"{' '.join(cmd[-4:])} ran past {timeout_s:.0f} s") from exc
+    except BaseException:
+        # Ctrl-C: the child and its workers go too, none is left behind.
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    if proc.returncode != 0:
+        tail = " | ".join((err or out).strip().splitlines()[-3:])
+        raise ScenarioError(f"{' '.join(cmd[-4:])} exited {proc.returncode}: {tail}")
+    return out
+
+
+class Hog:
+    """A busy-loop process pinned to one core: another job on the machine."""
+
+    def __init__(self, cpu: int) -> None:
+        self.cpu = cpu
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> "Hog":
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "while True: pass"], start_new_session=True,
+            preexec_fn=lambda: os.sched_setaffinity(0, {self.cpu}),
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def script_cmd(scenario: Scenario, variant: Variant, steps: int, fixed: bool) -> list[str]:
+    """The plain run of the script (torchrun for a multi-rank scenario)."""
+    script = str(PLANTED_DIR / scenario.script)
+    head = [sys.executable, script]
+    if scenario.nproc > 1:
+        head = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={scenario.nproc}",
+                script]
+    return head + ["--steps", str(steps), "--warmup", str(scenario.warmup), *variant.args] + (["--fixed"] if fixed else [])
+
+
+def doctor_cmd(scenario: Scenario, variant: Variant, steps: int, json_path: Path) -> list[str]:
+    """The planted script under ``stave doctor --json``."""
+    dist = [f"--nproc-per-node={scenario.nproc}"] if scenario.nproc > 1 else []
+    return [sys.executable, "-m", "stave", "doctor", "--quiet", *dist, "--steps", str(steps), "--json",
+            str(json_path), str(PLANTED_DIR / scenario.script), "--steps", str(steps), *variant.args]
+
+
+def timing(stdout: str) -> dict[str, Any]:
+    """The timing line a planted script prints last."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(TIMING_PREFIX):
+            return json.loads(line[len(TIMING_PREFIX):])
+    raise ScenarioError(f"no {TIMING_PREFIX.strip()} line in the output")
+
+
+@dataclass
+class Row:
+    """One scenario x variant: measurement, doctor's answer and the verdicts."""
+
+    scenario: str
+    variant: str
+    mechanism: str
+    expect: str
+    cores: int
+    hog: bool
+    args: list[str]
+    statistic: str
+    pairs: int
+    status: str = "ok"  # ok / skipped / failed / unmeasured
+    error: str = ""
+    ratios: list[float] = field(default_factory=list)
+    measured_speedup: float | None = None
+    spread: float | None = None
+    planted_value: float | None = None
+    fixed_value: float | None = None
+    findings: list[list[Any]] = field(default_factory=list)  # [id, est_speedup, severity] in rank order
+    top_finding: str | None = None
+    est_speedup: float | None = None
+    top_right: bool | None = None
+    estimate_within: bool | None = None
+    control_clean: bool | None = None
+    load_avg_1min: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def job_top(findings: Sequence[Sequence[Any]], hog: bool) -> str | None:
+    """The top finding about the job: beside a hog, MACHINE_BUSY first lets the second one count."""
+    ids = [f[0] for f in findings]
+    if hog and ids and ids[0] == MACHINE_BUSY:
+        ids = ids[1:]
+    return ids[0] if ids else None
+
+
+def judge(row: Row) -> None:
+    """Fill the verdicts of a measured row (registry expectations against the doctor's answer)."""
+    ids = [f[0] for f in row.findings]
+    if not row.expect:
+        about_job = [i for i in ids if i != MACHINE_BUSY]
+        row.control_clean = not about_job
+        return
+    row.top_right = job_top(row.findings, row.hog) == row.expect
+    est = next((float(f[1]) for f in row.findings if f[0] == row.expect), None)
+    row.est_speedup = est
+    if row.status != "ok" or row.measured_speedup is None:
+        row.estimate_within = False  # unmeasured counts as a miss
+        return
+    ratio = (est if est is not None else 1.0) / row.measured_speedup
+    row.estimate_within = 1.0 / ESTIMATE_FACTOR <= ratio <= ESTIMATE_FACTOR
+
+
+def measure_row(scenario: Scenario, variant: Variant, pairs: int, steps: int, tmp: Path) -> Row:
+    """Interleaved planted/fixed pairs after a warm-up pair, then the doctor once."""
+    row = Row(scenario.name, variant.label, scenario.mechanism, scenario.expect, variant.cores, variant.hog,
+              list(variant.args), scenario.statistic, pairs)
+    start = time.perf_counter()
+    cpus = core_set(variant.cores)
+    hog = Hog(min(cpus)) if variant.hog else None
+    try:
+        if hog is not None:
+            hog.__enter__()
+        grows = scenario.statistic == "samples_per_s"
+        planted: list[float] = []
+        fixed: list[float] = []
+        for i in range(pairs + 1):  # pair 0 warms caches (page cache, compile caches) and is dropped
+            row.load_avg_1min.append(os.getloadavg()[0])
+            order = (False, True) if i % 2 == 0 else (True, False)
+            got: dict[bool, float] = {}
+            for is_fixed in order:
+                got[is_fixed] = float(timing(run_child(script_cmd(scenario, variant, steps, is_fixed), cpus))
+                                      [scenario.statistic])
+            if i == 0:
+                continue
+            planted.append(got[False])
+            fixed.append(got[True])
+            row.ratios.append(got[True] / got[False] if grows else got[False] / got[True])
+        row.measured_speedup = median(row.ratios)
+        row.spread = relative_spread(row.ratios)
+        row.planted_value = median(planted)
+        row.fixed_value = median(fixed)
+        if row.spread > MAX_SPREAD:
+            row.status = "unmeasured"
+        report_path = tmp / f"{scenario.name}-{variant.name}-{variant.cores}-{int(variant.hog)}.json"
+        run_child(doctor_cmd(scenario, variant, steps, report_path), cpus)
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+        row.findings = [[f["id"], f.get("est_speedup"), f.get("severity")] for f in report.get("findings", [])]
+        row.top_finding = row.findings[0][0] if row.findings else None
+    except ScenarioError as exc:
+        row.status, row.error = "failed", str(exc)
+    finally:
+        if hog is not None:
+            hog.__exit__(None, None, None)
+    row.seconds = time.perf_counter() - start
+    judge(row)
+    return row
+
+
+def _share(flags: Sequence[bool | None]) -> tuple[int, int]:
+    judged = [f for f in flags if f is not None]
+    return sum(1 for f in judged if f), len(judged)
+
+
+def hog_pairs(rows: Sequence[Row]) -> Iterator[tuple[Row, Row]]:
+    """Each hog row with its twin without the hog (same scenario, arguments and cores)."""
+    quiet = {(r.scenario, tuple(r.args), r.cores): r for r in rows if not r.hog and r.status != "skipped"}
+    for r in rows:
+        twin = quiet.get((r.scenario, tuple(r.args), r.cores))
+        if r.hog and twin is not None and r.status != "skipped":
+            yield twin, r
+
+
+def hog_consistent(quiet: Row, hogged: Row) -> bool:
+    """The same top finding with the hog, or MACHINE_BUSY first and the same finding second."""
+    return job_top(hogged.findings, True) == quiet.top_finding
+
+
+def summary(rows: Sequence[Row]) -> dict[str, Any]:
+    """The goals' numbers over the rows run so far."""
+    planted = [r for r in rows if r.expect and r.status != "skipped"]
+    controls = [r for r in rows if not r.expect and r.status != "skipped"]
+    top_ok, top_n = _share([r.top_right if r.status != "failed" else False for r in planted])
+    est_ok, est_n = _share([r.estimate_within for r in planted])
+    clean_ok, clean_n = _share([r.control_clean if r.status != "failed" else False for r in controls])
+    hogs = list(hog_pairs(rows))
+    hog_ok = sum(1 for q, h in hogs if hog_consistent(q, h))
+    return {
+        "top_right": [top_ok, top_n], "estimate_within": [est_ok, est_n], "controls_clean": [clean_ok, clean_n],
+        "hog_consistent": [hog_ok, len(hogs)],
+        "goals_met": {
+            "top_right": top_n > 0 and top_ok / top_n >= GOAL_TOP_SHARE,
+            "estimate_within": est_n > 0 and est_ok / est_n >= GOAL_ESTIMATE_SHARE,
+            "controls_clean": clean_n > 0 and clean_ok == clean_n,
+            "hog_consistent": bool(hogs) and hog_ok == len(hogs),
+        },
+    }
+
+
+def _pct(ok: int, n: int) -> str:
+    return f"{ok}/{n} ({ok / n:.0%})" if n else "0/0"
+
+
+def render_markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
+    """The docs/benchmarks.md section: conditions, goals, confusion matrix, estimates, hog, controls."""
+    s = summary(rows)
+    lines = [
+        f"Last run: {meta['date']}, {meta['machine']}, {meta['pairs']} interleaved pairs per row after a warm-up "
+        f"pair, {meta['minutes']:.0f} min in all{', QUICK smoke run (not a measurement of the goals)' if meta['quick'] else ''}"
+        f"{', only ' + meta['only'] if meta['only'] else ''}; torch's default threads; 1-min load average "
+        f"{meta['load_min']:.1f}-{meta['load_max']:.1f} during the pairs.",
+        f"Command: `{meta['command']}`",
+        "",
+        "| goal | result | met |",
+        "|---|---|---|",
+        f"| right top finding >= {GOAL_TOP_SHARE:.0%} | {_pct(*s['top_right'])} | {s['goals_met']['top_right']} |",
+        f"| estimate within {ESTIMATE_FACTOR}x on >= {GOAL_ESTIMATE_SHARE:.0%} | {_pct(*s['estimate_within'])} "
+        f"| {s['goals_met']['estimate_within']} |",
+        f"| healthy controls: no finding (beside a hog MACHINE_BUSY only) | {_pct(*s['controls_clean'])} "
+        f"| {s['goals_met']['controls_clean']} |",
+        f"| same top finding with a hog | {_pct(*s['hog_consistent'])} | {s['goals_met']['hog_consistent']} |",
+        "",
+        "Confusion matrix (rows: planted mechanism; columns: the doctor's top finding about the job; "
+        "beside a hog, MACHINE_BUSY first lets the second finding count):",
+        "",
+    ]
+    judged = [r for r in rows if r.status not in ("skipped", "failed")]
+    cols = sorted({job_top(r.findings, r.hog) or "none" for r in judged})
+    mechs = sorted({r.mechanism for r in judged})
+    lines += ["| planted \\ top | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    for m in mechs:
+        counts = [sum(1 for r in judged if r.mechanism == m and (job_top(r.findings, r.hog) or "none") == c)
+                  for c in cols]
+        lines.append(f"| {m} | " + " | ".join(str(c) if c else "" for c in counts) + " |")
+    lines += ["", "| scenario | variant | expected | top finding | estimate | measured | spread | within "
+              f"{ESTIMATE_FACTOR}x | status |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        est = f"{r.est_speedup:.2f}x" if r.est_speedup is not None else "-"
+        meas = f"{r.measured_speedup:.2f}x" if r.measured_speedup is not None else "-"
+        spread = f"{r.spread:.0%}" if r.spread is not None else "-"
+        within = "-" if r.estimate_within is None else ("yes" if r.estimate_within else "**no**")
+        top = ", ".join(f"{f[0]} {f[1]:.2f}x" if isinstance(f[1], (int, float)) else str(f[0]) for f in r.findings[:2])
+        if not r.expect:
+            within = "clean" if r.control_clean else ("**not clean**" if r.control_clean is False else "-")
+        status = r.status + (f": {r.error}" if r.error else "")
+        lines.append(f"| `{r.scenario}` | {r.variant} | {r.expect or '(healthy)'} | {top or 'none'} | {est} | {meas} "
+                     f"| {spread} | {within} | {status} |")
+    hogs = list(hog_pairs(rows))
+    if hogs:
+        lines += ["", "Beside a hog (the same row without it on the left):", "",
+                  "| scenario | row | top without hog | findings with hog | consistent |", "|---|---|---|---|---|"]
+        for quiet, hogged in hogs:
+            ids = ", ".join(str(f[0]) for f in hogged.findings[:3]) or "none"
+            lines.append(f"| `{hogged.scenario}` | {hogged.variant} | {quiet.top_finding or 'none'} | {ids} "
+                         f"| {'yes' if hog_consistent(quiet, hogged) else '**no**'} |")
+    return "\n".join(lines)
+
+
+def write_docs(path: Path, markdown: str) -> None:
+    """Replace the block between the scenarios markers (appended as a section when absent)."""
+    text = path.read_text(encoding="utf-8")
+    block = f"{DOCS_BEGIN}\n{markdown}\n{DOCS_END}"
+    if DOCS_BEGIN in text and DOCS_END in text:
+        head, rest = text.split(DOCS_BEGIN, 1)
+        text = head + block + rest.split(DOCS_END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n## Scenario matrix (`benchmarks/scenarios.py`)\n\n" + block + "\n"
+    atomic_write_text(path, text)
+
+
+def select(scenarios: Sequence[Scenario], only: str | None) -> list[Scenario]:
+    """Scenarios whose name, mechanism or expected finding matches the glob (or contains it)."""
+    if not only:
+        return list(scenarios)
+    pats = [p if any(ch in p for ch in "*?[") else f"*{p}*" for p in only.split(",")]
+    return [s for s in scenarios if any(fnmatch.fnmatch(k, p) for p in pats for k in (s.name, s.mechanism, s.expect))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the matrix; results to --out after every row, the docs section with --write-docs."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", metavar="PATTERN", help="scenarios whose name/mechanism/finding matches "
+                        "(glob or substring; comma-separated for several)")
+    parser.add_argument("--variant", metavar="PATTERN", help="only rows whose label (e.g. 'base/2c/hog') matches "
+                        "the glob or contains the text")
+    parser.add_argument("--quick", action="store_true", help="2 pairs, quick_steps, the first row of each scenario "
+                        "(or the --variant rows): a smoke run")
+    parser.add_argument("--pairs", type=int, help="interleaved pairs per row (default 5; --quick 2)")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="results JSON (rewritten after every row)")
+    parser.add_argument("--write-docs", action="store_true", help="write the section of docs/benchmarks.md")
+    parser.add_argument("--list", action="store_true", help="list the scenarios and variants, run nothing")
+    parser.add_argument("--from-json", metavar="PATH", help="run nothing: render (and with --write-docs write) "
+                        "the section from a results file written earlier")
+    args = parser.parse_args(argv)
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+        markdown = render_markdown([Row(**r) for r in saved["rows"]], saved["meta"])
+        print(markdown)
+        if args.write_docs:
+            write_docs(DOCS_PATH, markdown)
+        return 0
+    pairs = args.pairs if args.pairs is not None else (2 if args.quick else MIN_PAIRS_FOR_GOALS)
+    if pairs < 1:
+        print(f"--pairs must be >= 1, got {pairs}", file=sys.stderr)
+        return 2
+    scenarios = select(load_matrix(), args.only)
+    if not scenarios:
+        print(f"no scenario matches {args.only!r}", file=sys.stderr)
+        return 2
+    plan: list[tuple[Scenario, Variant]] = []
+    for sc in scenarios:
+        missing = missing_modules(sc)
+        if missing:
+            print(f"skip {sc.name}: {', '.join(missing)} not importable", file=sys.stderr)
+            continue
+        variants = list(sc.variants)
+        if args.variant:
+            pat = args.variant if any(ch in args.variant for ch in "*?[") else f"*{args.variant}*"
+            variants = [v for v in variants if fnmatch.fnmatch(v.label, pat)]
+        elif args.quick:
+            variants = variants[:1]
+        plan += [(sc, v) for v in variants if v.cores <= len(os.sched_getaffinity(0))]
+    if args.list:
+        for sc, v in plan:
+            print(f"{sc.name:28s} {v.label:22s} {sc.mechanism:24s} expect {sc.expect or '(none)'} {' '.join(v.args)}")
+        return 0
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    out_path = Path(args.out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    rows: list[Row] = []
+    start = time.perf_counter()
+    meta: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{cpu_model()}, {os.cpu_count()} cores, "
+                   f"native bf16: {native_bf16_cpu()}",
+        "pairs": pairs, "quick": args.quick, "only": args.only or "",
+        "command": "python benchmarks/scenarios.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    }
+
+    def save(final: bool) -> None:
+        loads = [x for r in rows for x in r.load_avg_1min] or [os.getloadavg()[0]]
+        meta.update(minutes=(time.perf_counter() - start) / 60, load_min=min(loads), load_max=max(loads),
+                    complete=final, rows_done=len(rows), rows_planned=len(plan))
+        atomic_write_json(out_path, {"schema": "stave.scenarios/1", "meta": meta, "summary": summary(rows),
+                                     "rows": [asdict(r) for r in rows]})
+
+    console = Console(stderr=True)
+    interrupted = False
+    with tempfile.TemporaryDirectory(prefix="stave-scenarios-") as tmp, Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+    ) as progress:
+        task = progress.add_task("scenarios", total=len(plan))
+        try:
+            for sc, v in plan:
+                progress.update(task, description=f"{sc.name} {v.label}")
+                steps = sc.quick_steps if args.quick else sc.steps
+                row = measure_row(sc, v, pairs, steps, Path(tmp))
+                rows.append(row)
+                save(final=False)
+                progress.console.print(
+                    f"{sc.name} {v.label}: top {row.top_finding}, est {row.est_speedup}, measured "
+                    f"{row.measured_speedup and round(row.measured_speedup, 2)} (spread "
+                    f"{row.spread and round(row.spread, 2)}) {row.status} {row.error}")
+                progress.advance(task)
+        except KeyboardInterrupt:
+            interrupted = True
+    save(final=not interrupted)
+    minutes = meta["minutes"]
+    markdown = render_markdown(rows, meta)
+    print(markdown)
+    if args.write_docs:
+        write_docs(DOCS_PATH, markdown)
+    s = summary(rows)
+    console.print(f"{len(rows)}/{len(plan)} rows in {minutes:.1f} min; results in {out_path}")
+    for goal, met in s["goals_met"].items():
+        console.print(f"goal {goal}: {_pct(*s[goal])} -> {'met' if met else 'NOT met'}"
+                      f"{' (quick run: not a measurement)' if pairs < MIN_PAIRS_FOR_GOALS else ''}")
+    return 130 if interrupted else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

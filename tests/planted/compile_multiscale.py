@@ -1,0 +1,46 @@
+"""Planted bottleneck: multi-scale training of a compiled conv net (expect RECOMPILES).
+
+Detection-style multi-scale training picks a random input resolution every step (here one of
+many sizes between 64 and 160 pixels in steps of 8) and the conv net is compiled with
+``dynamic=False``: each resolution is a new graph, compiled again until the recompile limit.
+
+``--fixed``: the height and width marked dynamic (``torch._dynamo.maybe_mark_dynamic``) under a plain
+``torch.compile(model)``: one graph for all sizes; the same resolutions are drawn.
+"""
+
+from __future__ import annotations
+
+import torch
+from _timing import StepTimer, planted_args
+from torch import nn
+
+
+def main() -> None:
+    args = planted_args(__doc__.splitlines()[0], steps=40, batch_size=8, width=16)
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    w = args.width
+    net = nn.Sequential(nn.Conv2d(3, w, 3, padding=1), nn.ReLU(), nn.Conv2d(w, 2 * w, 3, stride=2, padding=1), nn.ReLU(),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * w, 10))
+    model = torch.compile(net) if args.fixed else torch.compile(net, dynamic=False)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    sizes = list(range(64, 161, 8))
+    timer = StepTimer(args.steps, args.warmup)
+    while not timer.done:
+        size = sizes[int(torch.randint(0, len(sizes), (), generator=gen))]
+        x = torch.randn(args.batch_size, 3, size, size, generator=gen)
+        y = torch.randint(0, 10, (args.batch_size,), generator=gen)
+        if args.fixed:
+            # maybe_: height and width are equal here, which dynamo may relate; a strict mark would refuse.
+            torch._dynamo.maybe_mark_dynamic(x, 2)
+            torch._dynamo.maybe_mark_dynamic(x, 3)
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        timer.step(args.batch_size)
+    timer.report()
+
+
+if __name__ == "__main__":
+    main()
