@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.doctor_estimates import PLANTED, PlantedCase
+from stave.device import cpu_has_native_bf16
 from stave.diagnose.finding import MACHINE_IDS, severity_for_speedup
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -48,6 +49,11 @@ def test_planted_bottleneck_is_the_top_finding(case, repo_root, tmp_path, python
     # Beside other busy processes the doctor says so first; the job's own top finding comes next.
     findings = [f for f in report["findings"] if f["id"] not in MACHINE_IDS]
     ids = [f["id"] for f in findings]
+    if case.finding == "NO_MIXED_PRECISION" and not cpu_has_native_bf16():
+        # Without native bf16 the CPU emulates it through fp32 (slower): fp32 is then the right
+        # choice, and advising bf16 would be a false finding.
+        assert "NO_MIXED_PRECISION" not in ids, ids
+        return
     assert ids, f"{case.name}: no findings"
     assert ids[0] == case.finding, f"{case.name}: top finding {ids[0]}, all: {[(f['id'], f['est_speedup']) for f in findings]}"
     top = findings[0]

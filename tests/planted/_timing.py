@@ -62,3 +62,23 @@ class StepTimer:
             "samples_per_s": self.samples / total if total > 0 else None,
         }
         print(TIMING_PREFIX + json.dumps(out), flush=True)
+
+
+def native_bf16() -> bool:
+    """Whether this CPU runs bf16 math natively (AVX512-BF16, AMX-BF16, Arm BF16), read from
+    /proc/cpuinfo the way a user checks ``lscpu``. Without it, bf16 autocast on a CPU is emulated
+    through fp32 and slower than fp32, so no one would call bf16 the healthy choice there."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = {word for line in f if line.startswith(("flags", "Features")) for word in line.split()}
+    except OSError:
+        return False
+    return bool({"avx512_bf16", "amx_bf16", "bf16"} & flags)
+
+
+def cpu_autocast():
+    """bf16 autocast where the CPU has native bf16, else plain fp32: the precision a careful user
+    picks on this CPU, so the planted scripts' otherwise healthy compute is healthy on any CPU."""
+    import torch
+
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=native_bf16())

@@ -3,7 +3,7 @@
 Every ``CHECKPOINT_EVERY`` steps the loop calls ``torch.save`` on the model and optimizer state
 (about 130 MB) before training on: that step stalls while the state is serialized and written.
 The rest of the step is an otherwise healthy one: a batch of 32 through a few wide layers in
-bf16 autocast.
+bf16 autocast where the CPU has native bf16 (fp32 elsewhere).
 
 ``--fixed``: a checkpoint every ``FIXED_EVERY`` steps instead, what the doctor suggests on a
 CPU-only run: there the save needs the same cores as the training, so a background thread would
@@ -19,7 +19,7 @@ import shutil
 import tempfile
 
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -44,7 +44,7 @@ def main() -> None:
     path = os.path.join(out_dir, "checkpoint.pt")
     while not timer.done:
         for x, y in loader:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with cpu_autocast():
                 loss = criterion(model(x), y)
             optimizer.zero_grad()
             loss.backward()

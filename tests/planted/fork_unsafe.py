@@ -3,7 +3,7 @@
 The dataset opens its data file once, in ``__init__``, and reads records with ``seek`` + ``read``.
 The two forked loader workers inherit that one open file description, with one shared offset:
 a seek in one worker moves the other's read, and samples come back wrong without any error. The
-run is otherwise healthy (bf16 autocast, reads that hide behind the compute), so the finding is
+run is otherwise healthy (bf16 autocast where the CPU has it, reads that hide behind the compute), so the finding is
 about correctness.
 
 ``--fixed``: the file is opened lazily, once per worker, on first use.
@@ -18,7 +18,7 @@ import tempfile
 
 import numpy as np
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
@@ -66,7 +66,7 @@ def main() -> None:
     timer = StepTimer(args.steps, args.warmup)
     while not timer.done:
         for x, y in loader:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with cpu_autocast():
                 loss = criterion(model(x), y)
             optimizer.zero_grad()
             loss.backward()

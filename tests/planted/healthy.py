@@ -1,6 +1,7 @@
 """Planted control: a healthy, compute-bound script (expect no warning, and no input-pipeline finding).
 
-Data in memory and cheap to fetch, a batch large enough that fixed per-step costs are a small
+Data in memory, fetched a whole batch per index (no per-sample ``__getitem__`` and collate, whose
+cost shows once the compute is fast), a batch large enough that fixed per-step costs are a small
 share, bf16 autocast on a CPU that has it, one torch thread per core, nothing kept across steps.
 Its time goes into the model's matmuls, as it should. ``--fixed`` changes nothing.
 """
@@ -8,9 +9,9 @@ Its time goes into the model's matmuls, as it should. ``--fixed`` changes nothin
 from __future__ import annotations
 
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
 
 def main() -> None:
@@ -18,7 +19,8 @@ def main() -> None:
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
     dataset = TensorDataset(torch.randn(4096, 1024, generator=gen), torch.randint(0, 10, (4096,), generator=gen))
-    loader = DataLoader(dataset, batch_size=256, shuffle=True)
+    # TensorDataset indexes with a list of indices: one fetch per batch, no per-sample collate.
+    loader = DataLoader(dataset, batch_size=None, sampler=BatchSampler(RandomSampler(dataset), 256, drop_last=False))
     model = nn.Sequential(nn.Linear(1024, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     criterion = nn.CrossEntropyLoss()
@@ -26,7 +28,7 @@ def main() -> None:
     running = 0.0
     while not timer.done:
         for x, y in loader:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with cpu_autocast():
                 loss = criterion(model(x), y)
             optimizer.zero_grad()
             loss.backward()

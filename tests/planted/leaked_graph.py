@@ -6,7 +6,7 @@ The backward call passes ``retain_graph=True`` (as code adapted from a two-loss 
 does), so each kept graph also keeps its saved activations: host memory grows by megabytes every
 step until the process is killed. Without ``retain_graph`` the same leak keeps only the graph's
 nodes, tens of KiB per step, which takes a long run to see. Otherwise the script is healthy
-(bf16 autocast, data in memory).
+(bf16 autocast where the CPU has native bf16, data in memory).
 
 ``--fixed``: ``total_loss += loss.item()`` keeps a Python float instead.
 """
@@ -14,7 +14,7 @@ nodes, tens of KiB per step, which takes a long run to see. Otherwise the script
 from __future__ import annotations
 
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -35,7 +35,7 @@ def main() -> None:
     total_loss = 0.0
     while not timer.done:
         for x, y in loader:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with cpu_autocast():
                 loss = criterion(model(x), y)
             optimizer.zero_grad()
             loss.backward(retain_graph=True)
