@@ -219,6 +219,22 @@ def calibrated(inp: StepInputs) -> StepInputs:
     return out
 
 
+class ModelEstimate(float):
+    """An ``est_speedup`` priced by the model: the float itself, carrying the inputs before and after
+    the fix and the measured step it was matched to, so that several fixes can be composed
+    (:func:`compose`). Arithmetic on it gives a plain float, so a rule that reshapes an estimate
+    drops the inputs and its fix is left out of a composition rather than composed wrongly."""
+
+    before: StepInputs
+    after: StepInputs
+    measured_step_s: float
+
+    def __new__(cls, value: float, before: StepInputs, after: StepInputs, measured_step_s: float) -> "ModelEstimate":
+        obj = super().__new__(cls, value)
+        obj.before, obj.after, obj.measured_step_s = before, after, measured_step_s
+        return obj
+
+
 def estimate(before: StepInputs, after: StepInputs, measured_step_s: float) -> float:
     """``est_speedup`` of a fix: samples/s after over before, the model matched to the measured step.
 
@@ -233,7 +249,48 @@ def estimate(before: StepInputs, after: StepInputs, measured_step_s: float) -> f
     rest = measured - t_before
     t_after_matched = t_after + rest if rest >= 0 else t_after * measured / t_before
     per_sample_gain = after.batch_scale / max(before.batch_scale, 1e-9)
-    return max(1.0, measured / max(t_after_matched, 1e-12) * per_sample_gain)
+    return ModelEstimate(max(1.0, measured / max(t_after_matched, 1e-12) * per_sample_gain), before, after, measured)
+
+
+# Inputs that describe the calibration, not the job: a fix never changes them.
+_CALIBRATION_FIELDS = ("stretch_measured", "threads_measured")
+
+
+def compose(base: StepInputs, fixes: "list[tuple[StepInputs, StepInputs]]") -> StepInputs:
+    """``base`` with several fixes applied together, each given as its (before, after) inputs.
+
+    What a fix changes is read as a change, so fixes on different inputs compose and fixes on the
+    same one add up: a phase's seconds (and any other ``*_s`` input) lose each fix's saving, never
+    below zero; a phase's speed factor is multiplied by each fix's factor; any other input (cores,
+    threads, workers, batch scale, ...) takes the value the fix sets, the later fix winning, so
+    callers pass the largest estimate last.
+    """
+    out = base
+    for before, after in fixes:
+        updates: dict[str, object] = {}
+        for f in dataclasses.fields(StepInputs):
+            name = f.name
+            was, now = getattr(before, name), getattr(after, name)
+            if name in _CALIBRATION_FIELDS or was == now:
+                continue
+            current = getattr(out, name)
+            if name == "phases_s":
+                merged = dict(current)
+                for phase in set(was) | set(now):
+                    delta = now.get(phase, 0.0) - was.get(phase, 0.0)
+                    merged[phase] = max(0.0, merged.get(phase, 0.0) + delta)
+                updates[name] = merged
+            elif name == "phase_speed":
+                merged = dict(current)
+                for phase in set(was) | set(now):
+                    merged[phase] = merged.get(phase, 1.0) * now.get(phase, 1.0) / max(was.get(phase, 1.0), 1e-12)
+                updates[name] = merged
+            elif name.endswith("_s") and isinstance(now, float) and isinstance(was, float) and current is not None:
+                updates[name] = max(0.0, current + now - was)
+            else:
+                updates[name] = now
+        out = out.changed(**updates)
+    return out
 
 
 def without_phase_time(inp: StepInputs, saved_s: dict[str, float]) -> StepInputs:

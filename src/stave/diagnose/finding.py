@@ -58,6 +58,9 @@ class Finding:
     rank: int | None = None
     source: str = "doctor"
     certain: bool = True
+    # The step model's (before, after) inputs behind ``est_speedup``, where the model priced it: what
+    # lets the doctor compose every fix into one achievable step time. Not part of the JSON.
+    model_change: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:

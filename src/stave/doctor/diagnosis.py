@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Sequence
 
 from stave.analyze.breakdown import summarize_steps
+from stave.analyze.step_model import compose, estimate
 from stave.diagnose.engine import run_rules
 from stave.diagnose.framework_fixes import apply_framework_fixes
-from stave.diagnose.finding import rank_findings
+from stave.diagnose.finding import MACHINE_IDS, Finding, rank_findings
 from stave.diagnose.inputs import DoctorInput
 from stave.dist.timing import rank_timings
 from stave.doctor.result import DoctorResult, rank_summary
@@ -45,5 +46,26 @@ def diagnose_records(records: Sequence[RunRecord], statuses: Sequence[str | None
         ranks=ranks,
         rank_records=list(ordered),
         notes=notes,
+        achievable_step_s=achievable_step_s(findings, summary.step_time_median_s),
     )
+
+
+def achievable_step_s(findings: Sequence[Finding], measured_step_s: float) -> float | None:
+    """The step time (per the measured step's samples) if every speed finding's fix were applied:
+    the step model run once with all their input changes together (:func:`compose`), so fixes that
+    overlap are not counted twice, the way multiplying their estimates would.
+
+    Only the job's findings the model priced count (MACHINE_BUSY is about other processes); the
+    largest estimate's inputs win where two fixes set the same one. ``None`` without any.
+    """
+    priced = sorted((f for f in findings if f.model_change is not None and f.id not in MACHINE_IDS
+                     and f.est_speedup > 1.0), key=lambda f: f.est_speedup)
+    if not priced or measured_step_s <= 0:
+        return None
+    base, _after, matched_s = priced[-1].model_change
+    combined = compose(base, [(before, after) for before, after, _ in (f.model_change for f in priced)])
+    gain = estimate(base, combined, matched_s)
+    # At least the best single fix's gain: composing adds fixes to it, it cannot take that one away.
+    gain = max(float(gain), priced[-1].est_speedup)
+    return measured_step_s / gain
 

@@ -47,6 +47,8 @@ class DoctorResult:
     rank_records: list[RunRecord] = field(default_factory=list)
     trace: Any = None
     notes: list[str] = field(default_factory=list)
+    # The step time if every speed finding's fix were applied (the step model, all fixes at once).
+    achievable_step_s: float | None = None
     # Derived from ``record`` on creation, once: what the renderers show beside the step summary.
     pipeline: PipelineSummary | None = field(init=False, default=None)
     stack_steps: set[int] | None = field(init=False, default=None)

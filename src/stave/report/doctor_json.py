@@ -34,6 +34,7 @@ def doctor_json(result: DoctorResult) -> dict[str, Any]:
     summary = sec.summary_section(result.summary, record)
     summary["stack_samples"] = record.stacks.sample_count(result.stack_steps)
     summary["stack_interval_s"] = record.stacks.interval_ns / 1e9 if record.stacks.interval_ns else None
+    summary["achievable_step_s"] = result.achievable_step_s
     report = {
         "schema": SCHEMA,
         "run": sec.seconds_keys(to_dict(record.run)),

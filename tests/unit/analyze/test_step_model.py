@@ -94,3 +94,49 @@ def test_a_wait_the_workers_output_does_not_explain_is_exposed_and_removable():
     assert estimate(inp, without_phase_time(inp, {"data_wait": 0.03}), 0.13) == pytest.approx(1.3, rel=1e-3)
     # More workers do not touch it: it is not the workers' steady output.
     assert estimate(inp, inp.changed(workers=4), 0.13) == pytest.approx(1.0)
+
+
+# --- several fixes at once: compose ------------------------------------------------------------------
+
+
+def test_fixes_of_different_phases_compose_and_of_one_phase_add_up():
+    from stave.analyze.step_model import compose, without_phase_time
+
+    base = model(phases_s={**COMPUTE, "other": 0.05})
+    measured = sum(base.phases_s.values())  # 0.15 s
+    fwd = without_phase_time(base, {"forward": 0.02})
+    other = without_phase_time(base, {"other": 0.03})
+    more_other = without_phase_time(base, {"other": 0.01})
+    both = compose(base, [(base, fwd), (base, other)])
+    assert both.phases_s["forward"] == pytest.approx(0.02) and both.phases_s["other"] == pytest.approx(0.02)
+    # Two savings in one phase add up, and never take it below zero.
+    assert compose(base, [(base, other), (base, more_other)]).phases_s["other"] == pytest.approx(0.01)
+    assert compose(base, [(base, other), (base, other)]).phases_s["other"] == 0.0
+    gain = estimate(base, both, measured)
+    assert gain == pytest.approx(0.15 / 0.10, rel=1e-3)
+    # Two fixes of different phases buy more than either alone, less than their product would claim
+    # for overlapping work (here they do not overlap, so the gain is exactly the saved time).
+    assert gain > max(estimate(base, fwd, measured), estimate(base, other, measured))
+
+
+def test_compose_multiplies_speed_factors_and_sets_counts():
+    from stave.analyze.step_model import compose
+
+    base = model()
+    bf16 = base.changed(phase_speed={"forward": 2.0})
+    compiled = base.changed(phase_speed={"forward": 1.5})
+    threads = base.changed(compute_threads=1.0)
+    out = compose(base, [(base, bf16), (base, compiled), (base, threads)])
+    assert out.phase_speed["forward"] == pytest.approx(3.0)
+    assert out.compute_threads == 1.0
+    assert out.stretch_measured == base.stretch_measured  # calibration is not a fix's to change
+
+
+def test_estimate_carries_the_inputs_it_priced():
+    from stave.analyze.step_model import ModelEstimate
+
+    base = model()
+    after = base.changed(phase_speed={"backward": 2.0})
+    est = estimate(base, after, 0.1)
+    assert isinstance(est, ModelEstimate) and est.before is base and est.after is after
+    assert not isinstance(est * 1.0, ModelEstimate)  # arithmetic gives a plain float

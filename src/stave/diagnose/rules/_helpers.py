@@ -6,7 +6,7 @@ from typing import Any, Iterable
 
 from stave.analyze.hotlines import hot_lines
 from stave.analyze.step_inputs import step_inputs
-from stave.analyze.step_model import estimate, phase_s, speedup, without_phase_time
+from stave.analyze.step_model import ModelEstimate, estimate, phase_s, speedup, without_phase_time
 from stave.diagnose.finding import Finding, severity_for_speedup
 from stave.diagnose.inputs import DoctorInput
 from stave.measure.config import LoaderInfo
@@ -46,6 +46,7 @@ def make_finding(
     ``source`` names the analysis ("doctor", "trace"), so every rule module can build its findings here.
     """
     est = round(max(1.0, float(est_speedup)), 3)
+    priced = est_speedup if isinstance(est_speedup, ModelEstimate) else None
     return Finding(
         id=finding_id,
         severity=severity or severity_for_speedup(est),
@@ -56,6 +57,7 @@ def make_finding(
         explanation=explanation,
         lines=list(lines),
         source=source,
+        model_change=(priced.before, priced.after, priced.measured_step_s) if priced is not None else None,
     )
 
 
