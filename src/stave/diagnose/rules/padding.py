@@ -57,9 +57,9 @@ def compute_share_left(sums: TokenSums, attention_share: float, tokens: int, sq:
     return (1.0 - q) * linear + q * quadratic
 
 
-def padding_step_s(step_s: float, token_compute_s: float, share_left: float) -> float:
-    """Step time T' when the token-bound compute shrinks to ``share_left`` of itself."""
-    return max(step_s - token_compute_s * (1.0 - share_left), 0.0)
+def padding_saving_s(token_compute_s: float, share_left: float) -> float:
+    """Seconds a step saves when the token-bound compute shrinks to ``share_left`` of itself."""
+    return token_compute_s * (1.0 - share_left)
 
 
 def _sums(inp: DoctorInput) -> TokenSums:
@@ -144,8 +144,7 @@ def padding_waste(inp: DoctorInput) -> Finding | None:
     attn = inp.record.config.attn_implementation
     packing = attn in PACKING_ATTENTION
     left = left_longest if strategy == "longest" else left_all
-    saved = t - padding_step_s(t, compute_s, left)
-    est = saving_speedup(inp, spread_saving(inp, TOKEN_PHASES, saved), t)
+    est = saving_speedup(inp, spread_saving(inp, TOKEN_PHASES, padding_saving_s(compute_s, left)), t)
     if est < REPORT_MIN_SPEEDUP:
         return None
     evidence = {
