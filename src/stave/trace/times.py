@@ -79,16 +79,28 @@ def _plain_texts(values: list[Any]) -> tuple[np.ndarray, np.ndarray] | None:
     commas = np.flatnonzero(u == _COMMA)
     if len(commas) != n - 1:
         return None  # a value holding a comma: not a number
-    ends = np.append(commas, len(raw))
-    starts = np.concatenate(([0], commas + 1))
+    starts = np.empty(n, dtype=np.int64)
+    starts[0] = 0
+    starts[1:] = commas + 1
+    ends = np.empty(n, dtype=np.int64)
+    ends[:-1] = commas
+    ends[-1] = len(raw)
     dots = np.flatnonzero(u == _DOT)
-    field = np.searchsorted(ends, dots)
-    if len(dots) and np.any(np.diff(field) == 0):
-        return None  # two dots in one value
-    has_dot = np.zeros(n, dtype=bool)
-    has_dot[field] = True
-    dot = np.where(has_dot, 0, ends)
-    dot[field] = dots
+    if len(dots) == n:
+        # Every value has a fraction (newer Kineto): as many dots as values, and each inside its own
+        # value with digits on both sides, is exactly one dot per value.
+        if not ((dots > starts) & (dots < ends - 1)).all():
+            return None
+        has_dot = np.ones(n, dtype=bool)
+        dot = dots
+    else:
+        field = np.searchsorted(ends, dots)
+        if len(dots) and np.any(np.diff(field) == 0):
+            return None  # two dots in one value
+        has_dot = np.zeros(n, dtype=bool)
+        has_dot[field] = True
+        dot = ends.copy()
+        dot[field] = dots
     int_digits = dot - starts
     frac_digits = np.where(has_dot, ends - dot - 1, 0)
     if (np.any(int_digits < 1) or np.any(int_digits > _MAX_INT_DIGITS) or np.any(has_dot & (frac_digits < 1))
@@ -103,13 +115,17 @@ def _plain_texts(values: list[Any]) -> tuple[np.ndarray, np.ndarray] | None:
             return None
     if len(parts) != n + len(dots):
         return None
-    # Index of each value's integer part among the parts: one extra part per dot before it.
-    first = np.arange(n) + np.cumsum(has_dot) - has_dot
-    whole = parts[first]
-    k = frac_digits[has_dot]
-    frac = parts[first[has_dot] + 1] - _POW10[k]
+    if len(dots) == n:
+        whole, guarded, k = parts[0::2], parts[1::2], frac_digits
+    else:
+        # Index of each value's integer part among the parts: one extra part per dot before it.
+        first = np.arange(n) + np.cumsum(has_dot) - has_dot
+        whole = parts[first]
+        k = frac_digits[has_dot]
+        guarded = parts[first[has_dot] + 1]
+    frac = guarded - _POW10[k]
     # Up to three digits: whole nanoseconds; more: round half away from zero on the fourth.
-    sub_ns = np.where(k <= 3, frac * _POW10[np.maximum(3 - k, 0)], 0)
+    sub_ns = frac * _POW10[np.maximum(3 - k, 0)]
     longer = k > 3
     if longer.any():
         r = frac[longer] // _POW10[k[longer] - 4]
