@@ -23,7 +23,7 @@ from stave.trace.hta_metrics import hta_section
 from stave.trace.kernels import is_comm_name
 from stave.trace.launches import LaunchBound, launch_bound, launch_info
 from stave.trace.nesting import OpStat, op_tree, python_tree, top_ops
-from stave.trace.steps import StepWindows, find_steps
+from stave.trace.steps import OwnedGpu, StepWindows, find_steps, own_gpu
 from stave.trace.syncs import SyncSummary, analyze_syncs
 from stave.trace.tables import ANNOTATION, CPU_OP, RUNTIME, TraceData, load_trace
 
@@ -128,7 +128,9 @@ def analyze_data(data: TraceData, order: int = 0) -> TraceAnalysis:
     """Analyse already-loaded tables (see :func:`analyze_trace`)."""
     windows = find_steps(data)
     has_gpu = len(data.gpu) > 0
-    breakdown = gpu_breakdown(data, windows) if has_gpu else cpu_breakdown(data, windows)
+    launches = launch_info(data)
+    owned = own_gpu(data, windows, launches)
+    breakdown = gpu_breakdown(data, windows, owned) if has_gpu else cpu_breakdown(data, windows)
     rank, rank_source, world = rank_of(data.path, data.metadata, order)
     durations = (windows.duration / 1e9).tolist()
     notes = _notes(data, windows)
@@ -156,12 +158,10 @@ def analyze_data(data: TraceData, order: int = 0) -> TraceAnalysis:
     )
     ops = op_tree(data)
     result.top_ops = top_ops(data, ops, windows.start, windows.end)
-    result.collective_s_per_step = _collective_per_step(data, windows)
+    result.collective_s_per_step = _collective_per_step(data, windows, owned)
     if has_gpu:
-        launches = launch_info(data)
-        result.gpu = analyze_gpu(data, windows, launches)
-        scope = windows.step_of(data.gpu.start) >= 0
-        result.launch = launch_bound(data, launches, scope, windows.start, windows.end)
+        result.gpu = analyze_gpu(data, windows, launches, owned)
+        result.launch = launch_bound(data, launches, owned.in_steps, windows.start, windows.end)
         result.syncs = analyze_syncs(data, windows, ops, python_tree(data))
         result.hta = hta_section(data, windows)
         result.notes.extend(_outside_notes(result.hta))
@@ -184,13 +184,14 @@ def _step_infos(windows: StepWindows, breakdown: StepBreakdown) -> list[StepInfo
     return out
 
 
-def _collective_per_step(data: TraceData, windows: StepWindows) -> float:
-    """Mean time per step inside collectives: comm kernels on a GPU, collective spans on the host."""
+def _collective_per_step(data: TraceData, windows: StepWindows, owned: OwnedGpu) -> float:
+    """Mean time per step inside collectives: the steps' own comm kernels on a GPU, collective spans
+    on the host."""
     if len(windows) == 0:
         return 0.0
     if len(data.gpu):
         comm = kernel_groups(data)
-        spans = iv.merge(data.gpu.start[comm], data.gpu.end[comm])
+        spans = iv.merge(owned.start[comm], owned.end[comm])
     else:
         host = data.host
         mask = name_mask(data, host.name, is_comm_name) & ((host.cat == ANNOTATION) | (host.cat == CPU_OP))
@@ -220,7 +221,8 @@ def _notes(data: TraceData, windows: StepWindows) -> list[str]:
 
 
 def _outside_notes(hta: dict[str, Any]) -> list[str]:
-    """A note when GPU work launched before the first profiled step runs inside the step windows."""
+    """A note when GPU work launched before the first profiled step runs inside the step windows
+    (the per-step numbers leave it out: no profiled step launched it)."""
     outside = hta["facts"].get("outside_steps") or {}
     before = outside.get("launched_before_first_step") or {}
     if before.get("inside_step_windows_us", 0) <= 0:
@@ -228,7 +230,7 @@ def _outside_notes(hta: dict[str, Any]) -> list[str]:
     return [
         f"{before['count']} GPU activities ({before['inside_step_windows_us'] / 1e3:.3g} ms inside the step windows) "
         "were launched before the first profiled step: the tail of an unprofiled iteration. The per-step "
-        "breakdown counts the GPU time it overlaps; the hta section's facts.outside_steps gives it apart"
+        "numbers leave it out (no profiled step launched it); the hta section's facts.outside_steps gives it apart"
     ]
 
 

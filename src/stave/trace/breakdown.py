@@ -13,7 +13,9 @@ covered by its kind of activity and by no kind of higher priority, in this order
     8. other          the rest of the step (Python between ops, time outside any recorded event)
 
 So ``dataloader`` is data-loading time during which the GPU ran nothing: a data-loading bottleneck
-shows here rather than hiding as CPU exec or other.
+shows here rather than hiding as CPU exec or other. The GPU parts of a step count only the GPU work
+that step launched (:func:`stave.trace.steps.own_gpu`); what ran in its window on behalf of an
+unprofiled iteration or after the loop is in no step's parts (it falls to the host parts or other).
 
 CPU-only traces (no GPU activity) are split by what the training loop does instead:
 
@@ -33,7 +35,7 @@ import numpy as np
 
 from stave.trace import intervals as iv
 from stave.trace.kernels import COMMUNICATION, classify_kernel
-from stave.trace.steps import StepWindows
+from stave.trace.steps import OwnedGpu, StepWindows
 from stave.trace.tables import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, TraceData
 
 GPU_PARTS: tuple[str, ...] = (
@@ -112,17 +114,18 @@ def kernel_groups(data: TraceData) -> np.ndarray:
     return (gpu.kind == KERNEL) & np.isin(gpu.name, comm_ids)
 
 
-def gpu_breakdown(data: TraceData, windows: StepWindows) -> StepBreakdown:
-    """The GPU-trace breakdown (priority order in the module docstring)."""
+def gpu_breakdown(data: TraceData, windows: StepWindows, owned: OwnedGpu) -> StepBreakdown:
+    """The GPU-trace breakdown (priority order in the module docstring), GPU work by owning step."""
     gpu, host = data.gpu, data.host
     comm = kernel_groups(data)
     compute = (gpu.kind == KERNEL) & ~comm
     dataloader = name_mask(data, host.name, lambda n: n.startswith(DATALOADER_PREFIX))
+    start, end = owned.start, owned.end
     sets = [
-        iv.merge(gpu.start[compute], gpu.end[compute]),
-        iv.merge(gpu.start[gpu.kind == MEMCPY], gpu.end[gpu.kind == MEMCPY]),
-        iv.merge(gpu.start[gpu.kind == MEMSET], gpu.end[gpu.kind == MEMSET]),
-        iv.merge(gpu.start[comm], gpu.end[comm]),
+        iv.merge(start[compute], end[compute]),
+        iv.merge(start[gpu.kind == MEMCPY], end[gpu.kind == MEMCPY]),
+        iv.merge(start[gpu.kind == MEMSET], end[gpu.kind == MEMSET]),
+        iv.merge(start[comm], end[comm]),
         host_spans(data, host.cat == RUNTIME),
         host_spans(data, dataloader),
         host_spans(data, host.cat == CPU_OP),

@@ -34,7 +34,7 @@ from stave.trace.kernels import (
     short_name,
 )
 from stave.trace.launches import LaunchInfo
-from stave.trace.steps import StepWindows
+from stave.trace.steps import OwnedGpu, StepWindows
 from stave.trace.tables import KERNEL, MEMCPY, TraceData
 
 # Gaps shorter than this between activities on one stream are launch latency, not a stall: a
@@ -117,11 +117,6 @@ class GpuSummary:
     comm_s_by_collective: dict[str, float] = field(default_factory=dict)
 
 
-def in_scope(data: TraceData, windows: StepWindows) -> np.ndarray:
-    """GPU rows whose start lies inside a step window."""
-    return windows.step_of(data.gpu.start) >= 0
-
-
 def memcpy_kind(name: str) -> tuple[str, str]:
     """(direction, host memory) of a memcpy activity name; e.g. ("HtoD", "pageable")."""
     m = _MEMCPY.match(name)
@@ -135,10 +130,10 @@ def memcpy_kind(name: str) -> tuple[str, str]:
     return direction, memory
 
 
-def analyze_gpu(data: TraceData, windows: StepWindows, launches: LaunchInfo) -> GpuSummary:
-    """The GPU summary of one trace (definitions in the module docstring)."""
+def analyze_gpu(data: TraceData, windows: StepWindows, launches: LaunchInfo, owned: OwnedGpu) -> GpuSummary:
+    """The GPU summary of one trace (definitions in the module docstring): the work the steps own."""
     gpu = data.gpu
-    scope = in_scope(data, windows)
+    scope = owned.in_steps
     span_ns = int(windows.duration.sum())
     classes = [classify_kernel(n) for n in data.names]
     for i, operands in data.operands_by_name.items():
@@ -150,7 +145,8 @@ def analyze_gpu(data: TraceData, windows: StepWindows, launches: LaunchInfo) -> 
     compute = is_kernel & ~comm
 
     def busy(mask: np.ndarray) -> iv.Intervals:
-        return iv.merge(gpu.start[mask], gpu.end[mask])
+        # Clipped to the owner's window: time measured in a window is that step's own work.
+        return iv.merge(owned.start[mask], owned.end[mask])
 
     kernels = busy(is_kernel)
     compute_iv = busy(compute)
@@ -165,7 +161,7 @@ def analyze_gpu(data: TraceData, windows: StepWindows, launches: LaunchInfo) -> 
         COMMUNICATION: float(dur[comm].sum()) / 1e9,
         MEMORY: float(dur[scope & (gpu.kind != KERNEL)].sum()) / 1e9,
     }
-    matmul_s, matmul_steps, low_in_use = _matmul_time(data, classes, compute, windows)
+    matmul_s, matmul_steps, low_in_use = _matmul_time(data, classes, compute, windows, owned)
     pageable_ids = np.array(
         [i for i, n in enumerate(data.names) if n.startswith("Memcpy") and memcpy_kind(n) == ("HtoD", "pageable")],
         dtype=np.int32,
@@ -210,7 +206,7 @@ def _by_collective(data: TraceData, comm: np.ndarray) -> dict[str, float]:
 
 
 def _matmul_time(
-    data: TraceData, classes: list, compute: np.ndarray, windows: StepWindows
+    data: TraceData, classes: list, compute: np.ndarray, windows: StepWindows, owned: OwnedGpu
 ) -> tuple[dict[str, float], dict[str, list[int]], bool]:
     """Matmul-like kernel time by (tensor cores, precision); whether fp16/bf16/fp8 kernels ran at all."""
     gpu = data.gpu
@@ -231,7 +227,7 @@ def _matmul_time(
     per_step: dict[str, list[int]] = {}
     for key, ids in buckets.items():
         mask = compute & np.isin(gpu.name, np.array(ids, dtype=np.int32)) if ids else np.zeros(len(gpu), bool)
-        merged = iv.merge(gpu.start[mask], gpu.end[mask])
+        merged = iv.merge(owned.start[mask], owned.end[mask])
         steps = iv.measure_in(merged, windows.start, windows.end)
         out_s[key] = float(steps.sum()) / 1e9
         per_step[key] = steps.tolist()

@@ -13,6 +13,13 @@ thread that drives training. The GPU work a step launches can finish after the a
 The queue delay is microseconds when the GPU keeps up; when it does not, the host runs ahead and
 the step is the GPU's (the delay shifts each window onto the GPU's timeline).
 
+A step owns the GPU work its own launches started (:func:`gpu_owner`): the per-step numbers count
+an activity only in the window of the step whose annotation holds its launch call, clipped to that
+window. Work launched before the first profiled step (an unprofiled iteration still draining), after
+the last one (end-of-loop calls) or between two annotations belongs to no step and is reported apart
+(the ``hta`` section's ``facts.outside_steps``); an activity whose launch call is not in the trace
+is placed by its own start, as nothing better is known.
+
 The last clip handles real traces whose last annotation runs on long after the profiler stopped
 (the end of the trace is the end of the profiler's own "Trace" span when the file has one).
 Without step markers the whole trace (first event to last) is one step, and the analysis says so.
@@ -24,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stave.trace.launches import LaunchInfo
 from stave.trace.tables import KERNEL, RUNTIME, TraceData
 
 
@@ -121,6 +129,43 @@ def find_steps(data: TraceData) -> StepWindows:
     end = np.minimum(end, next_start)
     keep = end > start
     return StepWindows(numbers[keep], start[keep], end[keep], cpu_end[keep], thread, True, cpu_start[keep])
+
+
+@dataclass
+class OwnedGpu:
+    """Which step owns each GPU row (index into the windows, -1 for none) and the rows' spans
+    clipped to their owner's window (empty for rows no step owns)."""
+
+    owner: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+    @property
+    def in_steps(self) -> np.ndarray:
+        """GPU rows some step owns."""
+        return self.owner >= 0
+
+
+def own_gpu(data: TraceData, windows: StepWindows, launches: LaunchInfo) -> OwnedGpu:
+    """Give each GPU row to the step that launched it (module docstring).
+
+    Without step markers the whole trace is one step, which owns everything inside it. Windows do
+    not overlap, so a union of the clipped spans measured in a window is exactly the time of that
+    step's own work there, whatever else ran beside it.
+    """
+    gpu = data.gpu
+    if len(windows) == 0:
+        z = np.zeros(len(gpu), dtype=np.int64)
+        return OwnedGpu(z - 1, z, z.copy())
+    owner = windows.step_of(gpu.start)
+    if windows.marked:
+        # A launch call's duration is -1 where the trace has none (its start is then meaningless).
+        owner = np.where(launches.duration >= 0, windows.cpu_step_of(launches.start), owner)
+    mine = owner >= 0
+    o = np.maximum(owner, 0)
+    start = np.where(mine, np.maximum(gpu.start, windows.start[o]), 0)
+    end = np.where(mine, np.minimum(gpu.end, windows.end[o]), 0)
+    return OwnedGpu(owner, start, np.maximum(end, start))
 
 
 def _gpu_of_launches(data: TraceData, start: np.ndarray, cpu_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

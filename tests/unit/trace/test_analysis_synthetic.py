@@ -447,3 +447,50 @@ def test_queue_delay_ignores_an_idle_extra_stream(tmp_path: Path, compute_stream
     # Step 2's window starts where its own kernel's queueing puts it: 100 + (300 - 110).
     assert a.steps[1].start_s == pytest.approx(290 * US)
     assert a.steps[1].duration_s == pytest.approx(60 * US)
+
+
+# A profiled step after unprofiled ones: the previous iteration's kernel (launched at -150, before any
+# ProfilerStep annotation) still runs on another stream during step 1, which launches 30 µs of its
+# own. Variants: renamed (another step number, other kernel names); and the negative, where the
+# previous iteration is profiled too, so its kernel is that step's own.
+@pytest.mark.parametrize(("number", "kname", "prev_profiled"), [
+    (1, "ampere_sgemm_128x64_nn", False),
+    (7, "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32", False),
+    (1, "ampere_sgemm_128x64_nn", True),
+])
+def test_work_launched_before_the_first_profiled_step_is_apart(tmp_path: Path, number: int, kname: str,
+                                                               prev_profiled: bool) -> None:
+    events = [op("aten::mm", -160, 20), *launched(kname, -150, 5, 0, 60, corr=1, stream=20)]
+    if prev_profiled:
+        events.append(step(number - 1, -200, 200))
+    events += [step(number, 0, 100), *launched(kname, 10, 5, 15, 30, corr=2, stream=7)]
+    a = analyze_trace(write_trace(tmp_path / "t.json", events))
+    this = a.steps[-1]
+    assert this.number == number and this.start_s - a.steps[0].start_s >= 0
+    outside = a.hta["facts"]["outside_steps"]["launched_before_first_step"]
+    if prev_profiled:
+        # The previous step launched it: it is that step's, not step `number`'s.
+        assert a.step_count == 2 and outside["count"] == 0
+        assert this.parts_s["kernel"] == pytest.approx(30 * US)
+        assert a.steps[0].parts_s["kernel"] == pytest.approx(0.0)  # its kernel ran after its window
+        assert not any("before the first profiled step" in n for n in a.notes)
+    else:
+        assert a.step_count == 1
+        assert this.parts_s["kernel"] == pytest.approx(30 * US)  # not the 60 µs union with the old kernel
+        assert a.gpu.kernel_busy_s == pytest.approx(30 * US)
+        assert outside["count"] == 1 and outside["inside_step_windows_us"] == pytest.approx(60)
+        assert any("before the first profiled step" in n and "leave it out" in n for n in a.notes)
+    assert sum(this.parts_s.values()) == pytest.approx(this.duration_s, abs=1e-12)
+
+
+def test_work_launched_after_the_last_step_is_in_no_step(tmp_path: Path) -> None:
+    # An end-of-loop launch (after the last annotation) whose kernel starts inside the last window
+    # (the window reaches out to step 1's own late kernel): not step 1's work.
+    events = [step(1, 0, 50), *launched("ampere_sgemm_128x64_nn", 10, 5, 20, 100, corr=1, stream=7)]
+    events += launched("ampere_sgemm_128x64_nn", 60, 5, 70, 40, corr=2, stream=20)
+    a = analyze_trace(write_trace(tmp_path / "t.json", events))
+    (only,) = a.steps
+    assert only.duration_s == pytest.approx(120 * US)
+    assert only.parts_s["kernel"] == pytest.approx(100 * US)
+    after = a.hta["facts"]["outside_steps"]["launched_after_last_step"]
+    assert after["count"] == 1 and after["inside_step_windows_us"] == pytest.approx(40)

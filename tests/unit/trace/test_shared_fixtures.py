@@ -66,15 +66,30 @@ def independent(events: list[dict]) -> dict:
 
     starts = [a for a, _ in windows]
 
-    def inside(t: float) -> bool:
+    def inside(t: float) -> int:
         i = bisect.bisect_right(starts, t) - 1
-        return i >= 0 and t < windows[i][1]
+        return i if i >= 0 and t < windows[i][1] else -1
 
-    kernels = sorted((g["ts"], end(g)) for g in xs if g.get("cat") == "kernel" and inside(g["ts"]))
+    launch_at = {e["args"]["correlation"]: e["ts"] for e in xs
+                 if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    cpu_steps = [(m["ts"], min(end(m), hi)) for m in markers if min(end(m), hi) > m["ts"]] if markers else []
+
+    def owner(g: dict) -> int:
+        # A step owns the GPU work its own annotation launched (placed by its start when no launch
+        # call is in the trace); the i-th kept window belongs to the i-th kept annotation.
+        t = launch_at.get(g["args"].get("correlation"))
+        if not markers or t is None:
+            return inside(g["ts"])
+        return next((i for i, (a, b) in enumerate(cpu_steps) if a <= t < b), -1)
+
+    kernels_by_step: dict[int, list] = {}
+    for g in xs:
+        if g.get("cat") == "kernel" and (i := owner(g)) >= 0:
+            kernels_by_step.setdefault(i, []).append((g["ts"], end(g)))
     busy = 0.0
-    for a, b in windows:
+    for i, (a, b) in enumerate(windows):
         cur_s = cur_e = None
-        for s, e in kernels:
+        for s, e in sorted(kernels_by_step.get(i, [])):
             s, e = max(s, a), min(e, b)
             if e <= s:
                 continue
@@ -90,7 +105,7 @@ def independent(events: list[dict]) -> dict:
              if e.get("cat") == "cuda_runtime" and "size" in e.get("args", {})}
     copy_bytes = 0
     for g in xs:
-        if g.get("cat") == "gpu_memcpy" and inside(g["ts"]):
+        if g.get("cat") == "gpu_memcpy" and owner(g) >= 0:
             copy_bytes += g["args"].get("bytes", sizes.get(g["args"].get("correlation"), 0))
     # Blocking calls: sync calls, and async copies whose GPU copy lands in pageable host memory;
     # only inside a ProfilerStep annotation (or anywhere without markers).
