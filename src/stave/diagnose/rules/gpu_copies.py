@@ -10,6 +10,7 @@ step's critical path entirely.
 from __future__ import annotations
 
 from stave.analyze.pipeline import main_loader
+from stave.analyze.step_inputs import step_inputs
 from stave.analyze.step_model import phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
@@ -22,13 +23,11 @@ from stave.diagnose.rules._helpers import (
     phase_lines,
     saving_speedup,
 )
+from stave.diagnose.shared_findings import H2D_PAGEABLE, PINNED_COPY_SPEEDUP, step_only_inputs
 from stave.measure.pipeline import CopyStat
 
-# Staging through the driver's bounce buffer adds a host memcpy per chunk and serializes it with
-# the DMA: NVIDIA's bandwidthTest shows pageable copies at about half of pinned on PCIe systems.
-PINNED_COPY_SPEEDUP = 2.0
-# Copies below this share of the step cannot reach the warning level whatever is done to them.
-H2D_MIN_SHARE = 0.05
+# Copies below this share of the step cannot reach the warning level (the shared definition's threshold).
+H2D_MIN_SHARE = H2D_PAGEABLE.threshold.value
 
 
 def _h2d(inp: DoctorInput) -> list[CopyStat]:
@@ -49,11 +48,12 @@ def h2d_pageable(inp: DoctorInput) -> Finding | None:
     frac = pageable / total
     h2d = phase_s(summary, "h2d")
     t = summary.step_time_median_s
-    est = saving_speedup(inp, {"h2d": h2d * frac * (1.0 - 1.0 / PINNED_COPY_SPEEDUP)}, t)
+    model = step_inputs(record, summary) or step_only_inputs(t)
+    est = H2D_PAGEABLE.estimate(model, pageable_copy_s=h2d * frac, step_s=t)
     if est < REPORT_MIN_SPEEDUP:
         return None
     loader = main_loader(record)
-    call = dataloader_call(loader, pin_memory=True) if loader is not None else "loader = DataLoader(dataset, ..., pin_memory=True)"
+    call = dataloader_call(loader, pin_memory=True) if loader is not None else None
     return make_finding(
         "H2D_PAGEABLE",
         est,
@@ -65,7 +65,7 @@ def h2d_pageable(inp: DoctorInput) -> Finding | None:
             "pageable_bytes_share": frac,
             "h2d_gb_per_s": (summary.h2d_bytes_per_step / h2d / 1e9) if h2d > 0 else None,
         },
-        f"{call}\nx = x.to(device, non_blocking=True)  # pinned + non_blocking: a DMA queued on the stream",
+        H2D_PAGEABLE.fix(call),
         explanation=f"Estimate: the pageable share of the copy time divided by {PINNED_COPY_SPEEDUP:g}.",
         lines=phase_lines(record, "h2d"),
     )

@@ -9,16 +9,18 @@ the GPU's utilization.
 from __future__ import annotations
 
 from stave.analyze.host import summarize_host
+from stave.analyze.step_inputs import step_inputs
 from stave.analyze.step_model import phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
 from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, is_gpu, make_finding, phase_lines, saving_speedup
+from stave.diagnose.shared_findings import GPU_UNDERUSED, step_only_inputs
 
 # Triton, which torch.compile generates GPU kernels with, needs compute capability 7.0 or newer.
 COMPILE_MIN_CAPABILITY = (7, 0)
-# Below half busy the GPU waits for the host more than it works.
-GPU_UTIL_LOW_PCT = 50.0
+# GPU_UNDERUSED's threshold (the shared definition's, a share of the step, here in percent).
+GPU_UTIL_LOW_PCT = 100.0 * GPU_UNDERUSED.threshold.value
 # As in the data rules: a step waiting a tenth of its time for data is the loader's finding.
 DATA_WAIT_MIN_SHARE = 0.10
 
@@ -140,7 +142,8 @@ def gpu_underused(inp: DoctorInput) -> Finding | None:
     # On a GPU the phases are GPU time; 'other' is the gap between them, where the GPU waits for
     # the host's Python. Removing it leaves the GPU's own work (or the rest of the step).
     other = phase_s(summary, "other")
-    est = saving_speedup(inp, {"other": other}, t, device_s=t * util / 100.0)
+    model = step_inputs(record, summary) or step_only_inputs(t)
+    est = GPU_UNDERUSED.estimate(model, host_gap_s=other, device_s=t * util / 100.0, step_s=t)
     if est < REPORT_MIN_SPEEDUP:
         return None
     return make_finding(
@@ -148,8 +151,7 @@ def gpu_underused(inp: DoctorInput) -> Finding | None:
         est,
         f"The GPU is busy {util:.0f}% of the time; {other / t:.0%} of the step is host work between phases",
         {"gpu_util_pct": util, "other_s": other, "other_share": other / t if t else None, "step_time_s": t},
-        "# Move host work out of the step (metrics, logging, Python loops) or batch it; then\n"
-        'model = torch.compile(model, mode="reduce-overhead")  # fewer, larger launches',
+        GPU_UNDERUSED.fix(),
         explanation="Estimate: T / max(GPU busy time, T - 'other' time).",
         lines=phase_lines(record, "other"),
     )

@@ -14,23 +14,27 @@ from __future__ import annotations
 
 from stave.analyze.host import summarize_host
 from stave.analyze.hotlines import seconds_at_lines
+from stave.analyze.step_inputs import step_inputs
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, counted_indices, is_gpu, make_finding, saving_speedup
+from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, counted_indices, is_gpu, make_finding
+from stave.diagnose.shared_findings import SYNC_IN_LOOP, step_only_inputs
 
-# A call in at least half the steps is part of the loop, not an occasional log line.
-EVERY_STEP_SHARE = 0.5
+# A call in at least half the steps is part of the loop (the shared definition's threshold).
+EVERY_STEP_SHARE = SYNC_IN_LOOP.threshold.value
 
 
 def _overlap_estimate(inp: DoctorInput, waited_s: float) -> tuple[float, float | None]:
-    """(est_speedup, GPU busy seconds per step) once the host no longer waits ``waited_s`` per step."""
+    """(est_speedup, GPU busy seconds per step) once the host no longer waits ``waited_s`` per step
+    (SYNC_IN_LOOP's shared estimator; the GPU's busy time is its utilization times the step)."""
     t = inp.summary.step_time_median_s
     util = summarize_host(inp.record).gpu_util_pct
     if util is None or t <= 0:
         return 1.0, None
     gpu_busy = t * util / 100.0
-    return saving_speedup(inp, {"other": waited_s}, t, device_s=gpu_busy), gpu_busy
+    model = step_inputs(inp.record, inp.summary) or step_only_inputs(t)
+    return SYNC_IN_LOOP.estimate(model, host_wait_s=waited_s, device_s=gpu_busy, step_s=t), gpu_busy
 
 
 @rule("SYNC_IN_LOOP", kind="doctor")
@@ -63,11 +67,7 @@ def sync_in_loop(inp: DoctorInput) -> Finding | None:
             "gpu_busy_s_per_step": gpu_busy,
             "step_time_s": inp.summary.step_time_median_s,
         },
-        "# Keep values on the GPU inside the loop and read them rarely:\n"
-        "running_loss += loss.detach()          # instead of loss.item() every step\n"
-        "if step % log_every == 0:\n"
-        "    print(running_loss.item() / log_every)  # one sync per log_every steps\n"
-        "    running_loss.zero_()",
+        SYNC_IN_LOOP.fix(pageable_copy=top.kind == ".cpu()"),
         explanation=(
             "Estimate: T / max(GPU busy time, T - host time waiting at these lines); "
             "not estimated (1.0) where GPU utilization is absent."

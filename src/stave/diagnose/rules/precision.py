@@ -11,20 +11,18 @@ from __future__ import annotations
 import dataclasses
 
 from stave.analyze.step_inputs import step_inputs
-from stave.analyze.step_model import estimate, phase_s
+from stave.analyze.step_model import phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
 from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, is_gpu, make_finding, phase_lines
+from stave.diagnose.shared_findings import AUTOCAST_PHASES, BF16_SINCE, NO_MIXED_PRECISION
 
 # Below 1.3x the casts autocast adds around each matmul eat most of the gain (the issue's bar for
 # calling a CPU's bf16 "native"); the same bar keeps GPUs honest where the probe finds little.
 BF16_MIN_RATIO = 1.3
-# Tensor cores for bf16 arrived with compute capability 8.0 (Ampere).
-BF16_MIN_CAPABILITY = (8, 0)
-# The phases autocast speeds up: the model's matmuls and convolutions run in forward and backward;
-# the optimizer keeps fp32 master weights.
-AUTOCAST_PHASES = ("forward", "backward")
+# Tensor cores for bf16 arrived with compute capability 8.0 (Ampere); the probe measures bf16.
+BF16_MIN_CAPABILITY = (BF16_SINCE, 0)
 
 
 def _matmul_time_s(inp: DoctorInput, gpu: bool) -> tuple[float, dict[str, float]]:
@@ -79,14 +77,13 @@ def no_mixed_precision(inp: DoctorInput) -> Finding | None:
     model = step_inputs(record, summary)
     if model is None:
         return None
+    if summary.step_time_mean_s > 0 and matmul_s / summary.step_time_mean_s < NO_MIXED_PRECISION.threshold.value:
+        return None
     # The matmul part of forward and backward runs `ratio` times faster; the model prices the step.
-    fb = sum(model.phases_s.get(p, 0.0) for p in AUTOCAST_PHASES)
-    saved = min(matmul_s * (1.0 - 1.0 / ratio), fb)
-    factor = fb / (fb - saved) if fb > saved else 1.0
-    speed = {p: factor for p in AUTOCAST_PHASES}
-    est = estimate(model, model.changed(phase_speed=speed), summary.step_time_mean_s)
+    est = NO_MIXED_PRECISION.estimate(model, [(matmul_s, ratio)], summary.step_time_mean_s)
     if est < REPORT_MIN_SPEEDUP:
         return None
+    speed = dict(getattr(est, "after", model).phase_speed)
     probes = record.probes
     device = "cuda" if gpu else "cpu"
     share = sum(summary.breakdown.get(p, 0.0) for p in AUTOCAST_PHASES)
@@ -108,11 +105,7 @@ def no_mixed_precision(inp: DoctorInput) -> Finding | None:
             "bf16_native": cfg.bf16_native,
             **parts,
         },
-        f"""with torch.autocast("{device}", dtype=torch.bfloat16):
-    output = model(x)
-    loss = criterion(output, y)
-loss.backward()   # outside autocast; weights and optimizer stay fp32
-optimizer.step()""",
+        NO_MIXED_PRECISION.fix(device, tuple(cfg.device_capability) if gpu and cfg.device_capability else None),
         explanation=(
             "Estimate: the matmul/convolution time of forward and backward divided by the measured "
             "bf16/fp32 ratio of the step's own GEMM shapes (weighted by their count per step; one "

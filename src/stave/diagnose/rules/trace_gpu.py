@@ -3,6 +3,10 @@
 Each addresses a disjoint slice of the step where it can: LAUNCH_BOUND takes the GPU idle time inside
 launch-bound stretches, SYNC_IN_LOOP the idle time that follows sync calls, and GPU_UNDERUSED only
 the host-side idle time those two do not explain, so two findings never claim the same time.
+
+GPU_UNDERUSED, SYNC_IN_LOOP, H2D_PAGEABLE and COMM_EXPOSED are also doctor findings: their
+threshold, estimator and fix are the one definition in :mod:`stave.diagnose.shared_findings`; the
+rules here say what the trace measured, as the step model's inputs (:func:`timeline_inputs`).
 """
 
 from __future__ import annotations
@@ -10,17 +14,9 @@ from __future__ import annotations
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.rules.trace_common import REPORT_MIN_SPEEDUP, mean, speedup, trace_finding
+from stave.diagnose.shared_findings import COMM_EXPOSED, GPU_UNDERUSED, H2D_PAGEABLE, SYNC_IN_LOOP, timeline_inputs
 from stave.trace.analysis import TraceAnalysis
 from stave.trace.kernels import DATA_PARALLEL_COLLECTIVES
-
-# A step that keeps the GPU busy less than 80% of the time leaves a fifth of the hardware unused;
-# well-fed training loops measure 90% and more.
-UNDERUSED_UTILIZATION = 0.80
-# One sync call or more per step, on average, is in the training loop; fewer is periodic logging.
-MIN_SYNC_CALLS_PER_STEP = 1.0
-# Communication exposed (not overlapped by compute) above this share of the step means overlap of
-# gradient all-reduce with backward is not working, or the network is the bottleneck.
-COMM_EXPOSED_SHARE = 0.10
 GPU_HOST_PARTS = ("runtime", "cpu_exec", "other")
 GPU_BUSY_PARTS = ("kernel", "memcpy", "memset", "communication")
 
@@ -37,16 +33,21 @@ def _launch_idle_s(t: TraceAnalysis) -> float:
     return mean(t.launch.idle_ns_per_step.tolist()) / 1e9 if t.launch else 0.0
 
 
+def _model(t: TraceAnalysis):
+    """The step model's inputs of the trace's median step (its breakdown's shares of it)."""
+    return timeline_inputs(t.step_time_median_s, t.breakdown_share)
+
+
 @rule("GPU_UNDERUSED", kind="trace")
 def gpu_underused(t: TraceAnalysis) -> Finding | None:
     """The GPU runs no kernel for a large part of the step while the host works."""
-    if t.gpu is None or t.gpu.utilization >= UNDERUSED_UTILIZATION:
+    if t.gpu is None or t.gpu.utilization >= GPU_UNDERUSED.threshold.value:
         return None
     T = t.step_time_median_s
     host_idle = sum(t.part_mean_s(p) for p in GPU_HOST_PARTS)
     # The fix cuts Python and op overhead; the runtime calls that launch the work remain.
     saved = max(0.0, host_idle - t.part_mean_s("runtime") - _launch_idle_s(t) - _sync_idle_s(t))
-    est = speedup(T, saved, _busy_floor(t))
+    est = GPU_UNDERUSED.estimate(_model(t), host_gap_s=saved, device_s=_busy_floor(t), step_s=T)
     if est < REPORT_MIN_SPEEDUP:
         return None
     return trace_finding(
@@ -61,18 +62,16 @@ def gpu_underused(t: TraceAnalysis) -> Finding | None:
             "cpu_exec_per_step_s": t.part_mean_s("cpu_exec"),
             "other_per_step_s": t.part_mean_s("other"),
             "explained_by_other_findings_s": host_idle - saved,
+            "host_gap_per_step_s": saved,
+            "gpu_busy_per_step_s": _busy_floor(t),
             "idle_host_wait_s": t.gpu.idle_host_wait_s,
         },
-        fix="""\
-# Give the GPU more work per launch and less Python between launches:
-model = torch.compile(model)            # fuses small ops, cuts per-op host overhead
-# and/or raise the batch size until GPU utilization stops rising:
-loader = DataLoader(dataset, batch_size=2 * batch_size, ...)""",
+        fix=GPU_UNDERUSED.fix(),
         explanation=(
             "During these parts of the step no kernel, copy or collective ran on the GPU while the "
             "host executed runtime calls, PyTorch ops or Python. The estimate removes that host time "
             "except the runtime calls themselves (the launches remain) and what LAUNCH_BOUND and "
-            "SYNC_IN_LOOP already account for."
+            "SYNC_IN_LOOP already account for; the GPU's busy time bounds the step."
         ),
     )
 
@@ -117,35 +116,25 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)""",
 # A single blocking call holding the host for this share of its step is named in the title: it is
 # the step's bottleneck whatever the other calls do.
 LARGE_BLOCK_SHARE = 0.20
-_SYNC_FIX = """\
-# Keep values on the GPU inside the loop; read them every N steps:
-running_loss += loss.detach()          # not loss.item()
-if step % log_every == 0:
-    logger.info("loss %.4f", (running_loss / log_every).item())   # one sync per N steps
-    running_loss.zero_()"""
-_PAGEABLE_COPY_FIX = """\
-# A device-to-host copy into pageable memory blocks the host until the GPU reaches it.
-# Copy into a pinned buffer without blocking, and read it only when needed:
-host_buf = torch.empty(shape, dtype=dtype, pin_memory=True)     # once, outside the loop
-host_buf.copy_(t, non_blocking=True)
-done = torch.cuda.Event(); done.record()
-...                                                             # more GPU work meanwhile
-done.synchronize()                                              # only where the value is used"""
 
 
 @rule("SYNC_IN_LOOP", kind="trace")
 def sync_in_loop(t: TraceAnalysis) -> Finding | None:
-    """Host-device synchronizations inside every step."""
+    """Host-device synchronizations inside the steps."""
     s = t.syncs
     # Without step markers a call cannot be placed in the loop rather than in set-up.
-    if s is None or not t.steps_marked:
+    if s is None or not t.steps_marked or not t.step_count:
         return None
     large = s.largest_call is not None and s.largest_share >= LARGE_BLOCK_SHARE
-    if s.calls_per_step < MIN_SYNC_CALLS_PER_STEP and not large:
+    if s.steps_with_calls < SYNC_IN_LOOP.threshold.value * t.step_count and not large:
         return None
     T = t.step_time_median_s
-    saved = _sync_idle_s(t)
-    est = speedup(T, saved, _busy_floor(t))
+    idle = _sync_idle_s(t)
+    blocked = s.blocked_s / t.step_count
+    # Without the waits the host saves the time it blocked, and the GPU the idle that followed
+    # them: the step loses the smaller of the two (the model's device_s is the step less that idle).
+    device_s = max(T - idle, _busy_floor(t))
+    est = SYNC_IN_LOOP.estimate(_model(t), host_wait_s=blocked, device_s=device_s, step_s=T)
     if est < REPORT_MIN_SPEEDUP:
         return None
     top = s.sites[0] if s.sites else None
@@ -168,8 +157,11 @@ def sync_in_loop(t: TraceAnalysis) -> Finding | None:
         {
             "sync_calls": s.calls,
             "sync_calls_per_step": s.calls_per_step,
+            "steps_with_sync_calls": s.steps_with_calls,
             "host_blocked_s": s.blocked_s,
-            "gpu_idle_after_sync_per_step_s": saved,
+            "host_blocked_per_step_s": blocked,
+            "gpu_idle_after_sync_per_step_s": idle,
+            "gpu_needs_per_step_s": device_s,
             "largest_call": s.largest_call,
             "largest_call_op": s.largest_op,
             "largest_call_blocked_s": s.largest_blocked_s,
@@ -182,11 +174,13 @@ def sync_in_loop(t: TraceAnalysis) -> Finding | None:
                 for x in s.sites[:5]
             ],
         },
-        fix=_PAGEABLE_COPY_FIX if pageable else _SYNC_FIX,
+        fix=SYNC_IN_LOOP.fix(pageable_copy=pageable),
         lines=lines,
         explanation=(
             "Each synchronizing call makes the host wait until the GPU drains; afterwards the GPU "
-            "idles until the host launches again. The estimate removes that GPU idle time."
+            "idles until the host launches again. Without the waits the host saves the time it "
+            "blocked and the GPU the idle that followed; the estimate takes the smaller of the two "
+            "per step (the step model, host time against the GPU's)."
         ),
     )
 
@@ -195,12 +189,15 @@ def sync_in_loop(t: TraceAnalysis) -> Finding | None:
 def h2d_pageable(t: TraceAnalysis) -> Finding | None:
     """Host-to-device copies from pageable memory: slower, and they block the host."""
     g = t.gpu
-    if g is None or g.pageable_h2d_per_step < 1:
+    if g is None or g.pageable_h2d_per_step < 1 or not t.step_count:
+        return None
+    T = t.step_time_median_s
+    h2d_s = sum(m.busy_s for m in g.memcpy if m.direction == "HtoD") / t.step_count
+    if T <= 0 or h2d_s / T < H2D_PAGEABLE.threshold.value:
         return None
     pageable = [m for m in g.memcpy if m.direction == "HtoD" and m.host_memory == "pageable"]
-    T = t.step_time_median_s
-    saved = mean(g.pageable_h2d_exposed_ns_per_step) / 1e9
-    est = speedup(T, saved)
+    exposed = mean(g.pageable_h2d_exposed_ns_per_step) / 1e9
+    est = H2D_PAGEABLE.estimate(_model(t), pageable_copy_s=exposed, step_s=T)
     if est < REPORT_MIN_SPEEDUP:
         return None
     nbytes = sum(m.bytes for m in pageable)
@@ -214,40 +211,17 @@ def h2d_pageable(t: TraceAnalysis) -> Finding | None:
             "bytes": nbytes,
             "copy_time_s": busy,
             "bandwidth_bytes_per_s": nbytes / busy if busy else None,
-            "exposed_copy_per_step_s": saved,
+            "h2d_per_step_s": h2d_s,
+            "exposed_copy_per_step_s": exposed,
             "step_time_s": T,
         },
-        fix="""\
-loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, pin_memory=True)
-for x, y in loader:
-    x = x.to(device, non_blocking=True)   # pinned source: async copy, overlaps compute
-    y = y.to(device, non_blocking=True)""",
+        fix=H2D_PAGEABLE.fix(),
         explanation=(
             "Copies from pageable memory go through a staging buffer and block the host; from pinned "
-            "memory they run asynchronously and overlap kernels. The estimate removes the copy time "
-            "not already hidden under kernels."
+            "memory they run faster and, with non_blocking=True, asynchronously. The estimate speeds "
+            "up the pageable copy time not already hidden under kernels as pinned memory would."
         ),
     )
-
-
-# Gradient all-reduce / reduce-scatter / all-gather: DDP and FSDP settings decide how early they start.
-_DATA_PARALLEL_FIX = """\
-# DDP: overlap gradient all-reduce with backward, in buckets that start early:
-model = DDP(model, device_ids=[local_rank], bucket_cap_mb=25,
-            gradient_as_bucket_view=True, static_graph=True)
-# with gradient accumulation, skip the all-reduce on all but the last micro-step:
-with model.no_sync():
-    loss.backward()
-# FSDP: prefetch the next all-gather during the current layer's compute:
-#   FSDP(model, backward_prefetch=BackwardPrefetch.BACKWARD_PRE, forward_prefetch=True)"""
-# All-to-all (expert / embedding parallelism) and send/recv (pipeline stages): bucket settings do
-# not touch them; only the schedule and the payload do.
-_POINT_TO_POINT_FIX = """\
-# all-to-all / send-recv traffic: DDP bucket settings do not apply. Hide it behind compute:
-# - pipeline parallel: more micro-batches per step, or an interleaved 1F1B schedule
-#   (torch.distributed.pipelining.ScheduleInterleaved1F1B), so stages send while others compute;
-# - expert/embedding all-to-all: overlap the exchange of one micro-batch with the compute of
-#   another, and shrink the payload (bf16/fp8 activations, a lower capacity factor)."""
 
 
 @rule("COMM_EXPOSED", kind="trace")
@@ -256,16 +230,15 @@ def comm_exposed(t: TraceAnalysis) -> Finding | None:
     if t.gpu is None:
         return None
     share = t.breakdown_share.get("communication", 0.0)
-    if share < COMM_EXPOSED_SHARE:
+    if share < COMM_EXPOSED.threshold.value:
         return None
     T = t.step_time_median_s
     saved = t.part_mean_s("communication")
-    est = speedup(T, saved, t.part_mean_s("kernel"))
+    est = COMM_EXPOSED.estimate(_model(t), exposed_s=saved, device_s=_busy_floor(t) - saved, step_s=T)
     if est < REPORT_MIN_SPEEDUP:
         return None
     by_kind = t.gpu.comm_s_by_collective
     dominant = max(by_kind, key=by_kind.__getitem__) if by_kind else "other"
-    fix = _DATA_PARALLEL_FIX if dominant in DATA_PARALLEL_COLLECTIVES else _POINT_TO_POINT_FIX
     return trace_finding(
         "COMM_EXPOSED",
         est,
@@ -278,7 +251,7 @@ def comm_exposed(t: TraceAnalysis) -> Finding | None:
             **{f"{k}_kernel_s": v for k, v in sorted(by_kind.items())},
             "step_time_s": T,
         },
-        fix=fix,
+        fix=COMM_EXPOSED.fix(data_parallel=dominant in DATA_PARALLEL_COLLECTIVES),
         explanation=(
             f"Communication kernels (mostly {dominant}) ran while no compute kernel or copy did. Part of it can be a rank "
             "waiting for a slower one (see RANK_STRAGGLER). The estimate hides all of it behind "
