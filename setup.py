@@ -8,6 +8,10 @@ transcode stave pack stores, and a fused normalize for the image loader. It is o
 compiler and libjpeg-turbo's headers (Debian/Ubuntu ``libjpeg62-turbo-dev`` or ``libjpeg-turbo8-dev``,
 Fedora ``libjpeg-turbo-devel``); where it cannot be built the install goes on, stave pack stores JPEG
 bytes as given and the loader uses simplejpeg for the whole decode.
+
+``stave._trace_times`` (src/stave/_native/trace_times.c) reads a trace's event times as exact
+integer nanoseconds; where it is not built the trace reader takes its Python path (same numbers,
+slower on traces with fractional timestamps).
 """
 
 from setuptools import Extension, find_packages, setup
@@ -24,6 +28,13 @@ setup(
             # No FMA contraction: the fused normalize must round like torch's separate mul_ and sub_.
             extra_compile_args=["-O3", "-ffp-contract=off"],
             optional=True,
-        )
+        ),
+        # Exact trace times (stave.trace.times): optional, the Python path gives the same numbers.
+        Extension(
+            "stave._trace_times",
+            sources=["src/stave/_native/trace_times.c"],
+            extra_compile_args=["-O3"],
+            optional=True,
+        ),
     ],
 )

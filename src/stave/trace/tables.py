@@ -23,7 +23,7 @@ from stave.errors import FormatError
 from stave.trace.events import Event, EventArgs
 from stave.trace.kernels import operand_precision
 from stave.trace.reader import ReadStats, TraceReader
-from stave.trace.times import durations_to_ns, us_to_ns_exact
+from stave.trace.times import event_times_ns
 
 log = logging.getLogger(__name__)
 
@@ -173,21 +173,23 @@ class _Builder:
         if len(xs) != len(events):
             # Flow arrows ("s"/"f") are a third of a GPU trace and carry nothing stave reads.
             self._add_other([e for e in events if e.ph not in _SKIPPED_PHASES])
-        timed = [e for e in xs if e.ts is not None]
-        self.skipped_no_time += len(xs) - len(timed)
-        host = [e for e in timed if e.cat in HOST_CATS]
-        gpu = [e for e in timed if e.cat in GPU_CATS]
-        if len(host) + len(gpu) != len(timed):
+        # Events without a timestamp are dropped (and counted) by _times, with those whose time is
+        # unusable: no pass over the whole piece just to find them.
+        host = [e for e in xs if e.cat in HOST_CATS]
+        gpu = [e for e in xs if e.cat in GPU_CATS]
+        if len(host) + len(gpu) != len(xs):
+            rest = [e for e in xs if e.cat not in HOST_CATS and e.cat not in GPU_CATS]
             # The profiler's own "Trace" span: where recording started and stopped.
-            trace = [e for e in timed if e.cat == "Trace"]
+            trace = [e for e in rest if e.cat == "Trace"]
             start, end = self._times(trace)
             for lo, hi in zip(start.tolist(), end.tolist()):
                 self.profiler_span += [lo, hi]
-            syncs = [e for e in timed if e.cat == SYNC_CAT]
+            syncs = [e for e in rest if e.cat == SYNC_CAT]
             if syncs:
                 start, end = self._times(syncs)
                 if syncs:
                     self.sync_parts.append(self._gpu_columns(syncs, start, end, SYNC_KIND))
+            self.skipped_no_time += sum(1 for e in rest if e.ts is None and e.cat != "Trace" and e.cat != SYNC_CAT)
         if host:
             start, end = self._times(host)
             if host:
@@ -199,14 +201,14 @@ class _Builder:
 
     def _times(self, events: list[Event]) -> tuple[np.ndarray, np.ndarray]:
         """Start and end (int ns) of ``events``; drops (in place, counted) those whose time is not usable."""
-        start, ok = us_to_ns_exact([e.ts for e in events])
+        start, ok, dur = event_times_ns(events)
         if not ok.all():
             # Times that are not numbers, or that no clock produces (they would overflow int64 ns).
             keep = np.flatnonzero(ok)
             self.skipped_no_time += len(events) - len(keep)
             events[:] = [events[i] for i in keep.tolist()]
-            start = start[keep]
-        return start, start + durations_to_ns([e.dur or 0 for e in events])
+            start, dur = start[keep], dur[keep]
+        return start, start + dur
 
     def _add_other(self, events: Any) -> None:
         for e in events:

@@ -12,6 +12,11 @@ a guard digit that keeps its leading zeros) and numpy reads the integers; positi
 and commas, checked first, say which integer is which. Other spellings (signs, exponents) take a
 vectorised per-character path, and anything stranger an exact per-value path.
 
+The times of a piece's events are read at once by :func:`event_times_ns`: in C where the optional
+extension ``stave._trace_times`` is built (src/stave/_native/trace_times.c; it reads only spellings
+it can read exactly and hands anything else back), otherwise by the numpy path above; both give the
+same numbers (tests/unit/trace/test_times.py runs both).
+
 Rounding: digits past the nanosecond are rounded half away from zero (``0.0005`` µs -> 1 ns).
 A time written as a JSON string holding a number is read as that number (the decoder cannot tell
 the two apart); any other value (text, ``true``, a list) is not a time and is reported as invalid.
@@ -19,11 +24,23 @@ the two apart); any other value (text, ``true``, a list) is not a time and is re
 
 from __future__ import annotations
 
+import logging
+import os
 import warnings
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import numpy as np
+
+log = logging.getLogger(__name__)
+
+try:
+    from stave import _trace_times as _native
+except ImportError as exc:  # not built here (no C compiler at install time): the numpy path reads them
+    log.debug("stave._trace_times unavailable (%s); trace times are parsed by numpy", exc)
+    _native = None
+# $STAVE_NATIVE=0 turns the native parts off (the same switch as the image decoder's).
+NATIVE_ENV = "STAVE_NATIVE"
 
 # Times are microseconds; 2**62 ns is year 2116 from the epoch, and a time beyond it would
 # overflow int64 nanoseconds once durations are added.
@@ -209,3 +226,26 @@ def durations_to_ns(values: list[Any]) -> np.ndarray:
     """Microsecond durations to int64 ns: negative or unreadable ones as 0, absurd ones capped."""
     ns, ok = us_to_ns_exact(values)
     return np.where(ok, np.clip(ns, 0, MAX_TIME_NS), 0)
+
+
+def native_times() -> bool:
+    """Whether :func:`event_times_ns` uses the C extension (built, and not turned off by $STAVE_NATIVE=0)."""
+    return _native is not None and os.environ.get(NATIVE_ENV, "1") != "0"
+
+
+def event_times_ns(events: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start ns, start valid, duration ns) of events with a ``ts`` (and maybe a ``dur``).
+
+    Durations follow :func:`durations_to_ns` (absent, negative or unreadable: 0). In C where the
+    extension is built and every value is spelled plainly; otherwise through :func:`us_to_ns_exact`.
+    """
+    if native_times():
+        out = _native.event_times(events)
+        if out is not None:
+            start, ts_ok, dur, dur_ok = out
+            dur_ns = np.frombuffer(dur, dtype=np.int64)
+            ok = np.frombuffer(dur_ok, dtype=np.bool_)
+            return (np.frombuffer(start, dtype=np.int64), np.frombuffer(ts_ok, dtype=np.bool_),
+                    np.where(ok, np.clip(dur_ns, 0, MAX_TIME_NS), 0))
+    start, ok = us_to_ns_exact([e.ts for e in events])
+    return start, ok, durations_to_ns([e.dur or 0 for e in events])

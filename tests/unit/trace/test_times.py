@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from stave.trace.tables import load_trace
-from stave.trace.times import MAX_TIME_US, durations_to_ns, us_to_ns_exact
+from stave.trace.times import MAX_TIME_US, durations_to_ns, event_times_ns, native_times, us_to_ns_exact
 from trace_synth import kernel, step, write_trace
 
 # 19 significant digits: a float64 cannot hold them (it lands on a 0.25 µs grid here).
@@ -82,3 +82,53 @@ def test_two_dots_or_a_comma_is_not_misread() -> None:
     assert ok.tolist() == [False, True, True] and ns.tolist() == [0, 5000, 7500]
     ns, ok = us_to_ns_exact(["1,2", "3.0"])
     assert ok.tolist() == [False, True]
+
+
+class _Ev:
+    """What event_times_ns reads of an event: ts and dur."""
+
+    def __init__(self, ts, dur) -> None:
+        self.ts, self.dur = ts, dur
+
+
+def _python_path(events):
+    start, ok = us_to_ns_exact([e.ts for e in events])
+    return start, ok, durations_to_ns([e.dur or 0 for e in events])
+
+
+@pytest.mark.skipif(not native_times(), reason="stave._trace_times is not built here (no C compiler at install)")
+@pytest.mark.parametrize("seed", range(5))
+def test_native_times_match_the_python_path(seed: int) -> None:
+    # Random plain spellings (what Kineto writes), and the odd ones the C path hands back to Python.
+    import random
+
+    rng = random.Random(seed)
+    spellings = [
+        lambda: str(rng.randint(0, 10**16)),
+        lambda: f"{rng.randint(0, 10**13)}.{rng.randint(0, 999):03d}",
+        lambda: f"{rng.randint(0, 10**15)}.{rng.randint(0, 10**7)}",
+        lambda: f"-{rng.randint(0, 10**6)}.{rng.randint(0, 99999)}",
+        lambda: rng.randint(-10**16, 10**16),
+        lambda: str(MAX_TIME_US + rng.randint(0, 9)),
+        lambda: f"{MAX_TIME_US - 1}.9995",
+        lambda: None,
+    ]
+    odd = [lambda: "1e3", lambda: "0001.5", lambda: "+2.5", lambda: "1.", lambda: "abc", lambda: True, lambda: 2.5]
+    for pool in (spellings, spellings + odd):
+        events = [_Ev(rng.choice(pool)(), rng.choice(pool)()) for _ in range(300)]
+        native = event_times_ns(events)
+        python = _python_path(events)
+        for a, b in zip(native, python):
+            assert np.asarray(a).tolist() == np.asarray(b).tolist()
+
+
+def test_native_switch_and_python_path_agree_on_a_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    events = [step(1, BIG, "100.0005"), kernel("k", "1695835535123456.7894", "2.5", corr=1)]
+    path = write_trace(tmp_path / "t.json", events)
+    first = load_trace(path)
+    monkeypatch.setenv("STAVE_NATIVE", "0")
+    assert not native_times()
+    second = load_trace(path)
+    assert first.host.start.tolist() == second.host.start.tolist() == [_ns(BIG)]
+    assert first.host.end.tolist() == second.host.end.tolist() == [_ns(BIG) + 100001]
+    assert first.gpu.start.tolist() == second.gpu.start.tolist() == [_ns("1695835535123456.7894")]
