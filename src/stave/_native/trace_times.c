@@ -20,13 +20,27 @@
 
 enum { OK = 0, INVALID = 1, OTHER = 2 };
 
+/* The text of a number literal -?[0-9]+(.[0-9]+)? to ns (see value_ns). */
+static int text_ns(const unsigned char *s, Py_ssize_t n, int64_t *ns);
+
 /* One value to ns. Returns OK (ns set), INVALID (not a usable time: ns 0) or OTHER (a spelling this
- * module does not read: the caller falls back to Python). */
+ * module does not read: the caller falls back to Python). A value is None or a Python int or str
+ * (the decoder's), or a msgspec.Raw holding the value's JSON text (empty when the key is absent). */
 static int value_ns(PyObject *v, int none_is_zero, int64_t *ns) {
     *ns = 0;
     if (v == Py_None) {
         /* No duration is a zero one (``e.dur or 0``); no timestamp is not a time. */
         return none_is_zero ? OK : INVALID;
+    }
+    if (!PyUnicode_Check(v) && !PyLong_Check(v) && PyObject_CheckBuffer(v)) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(v, &view, PyBUF_SIMPLE) < 0) {
+            PyErr_Clear();
+            return OTHER;
+        }
+        int r = view.len == 0 ? (none_is_zero ? OK : INVALID) : text_ns((const unsigned char *)view.buf, view.len, ns);
+        PyBuffer_Release(&view);
+        return r;
     }
     if (PyLong_CheckExact(v)) {
         int overflow = 0;
@@ -47,8 +61,11 @@ static int value_ns(PyObject *v, int none_is_zero, int64_t *ns) {
     if (!PyUnicode_CheckExact(v) || PyUnicode_KIND(v) != PyUnicode_1BYTE_KIND) {
         return OTHER;
     }
-    const unsigned char *s = PyUnicode_1BYTE_DATA(v);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(v), i = 0;
+    return text_ns(PyUnicode_1BYTE_DATA(v), PyUnicode_GET_LENGTH(v), ns);
+}
+
+static int text_ns(const unsigned char *s, Py_ssize_t n, int64_t *ns) {
+    Py_ssize_t i = 0;
     int neg = 0;
     if (i < n && s[i] == '-') {
         neg = 1;

@@ -31,7 +31,8 @@ from typing import Any, BinaryIO, Iterator
 import msgspec
 
 from stave.errors import FormatError, InputError
-from stave.trace.events import EVENT_LIST_DECODER, LENIENT_DECODER, Event, event_from_dict
+from stave.trace.events import EVENT_LIST_DECODER, LENIENT_DECODER, RAW_TIMES_DECODER, Event, event_from_dict
+from stave.trace.times import native_times
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,8 @@ class TraceReader:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.stats = ReadStats(path=str(self.path))
+        # With the C time reader, times stay raw JSON text (no Python object per time).
+        self._decoder = RAW_TIMES_DECODER if native_times() else EVENT_LIST_DECODER
 
     def _error(self, what: str, offset: int | None = None, event: int | None = None) -> FormatError:
         where = []
@@ -309,7 +312,7 @@ class TraceReader:
 
     def _decode_view(self, piece: memoryview) -> list[Event] | None:
         try:
-            events = EVENT_LIST_DECODER.decode(piece)
+            events = self._decoder.decode(piece)
         except msgspec.ValidationError:
             # Valid JSON with an unexpected field type somewhere: rebuild those events leniently.
             try:

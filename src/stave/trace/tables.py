@@ -189,7 +189,10 @@ class _Builder:
                 start, end = self._times(syncs)
                 if syncs:
                     self.sync_parts.append(self._gpu_columns(syncs, start, end, SYNC_KIND))
-            self.skipped_no_time += sum(1 for e in rest if e.ts is None and e.cat != "Trace" and e.cat != SYNC_CAT)
+            others = [e for e in rest if e.cat != "Trace" and e.cat != SYNC_CAT]
+            if others:
+                # Events of categories stave does not read: only those without a usable time count.
+                self.skipped_no_time += int(len(others) - event_times_ns(others)[1].sum())
         if host:
             start, end = self._times(host)
             if host:

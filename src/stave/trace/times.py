@@ -30,6 +30,7 @@ import warnings
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+import msgspec
 import numpy as np
 
 log = logging.getLogger(__name__)
@@ -247,5 +248,23 @@ def event_times_ns(events: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarra
             ok = np.frombuffer(dur_ok, dtype=np.bool_)
             return (np.frombuffer(start, dtype=np.int64), np.frombuffer(ts_ok, dtype=np.bool_),
                     np.where(ok, np.clip(dur_ns, 0, MAX_TIME_NS), 0))
-    start, ok = us_to_ns_exact([e.ts for e in events])
-    return start, ok, durations_to_ns([e.dur or 0 for e in events])
+    if events and type(events[0].ts) is msgspec.Raw:
+        # Raw JSON text (the decoder for the C path) that the C path handed back: decode it here.
+        ts = [raw_value(e.ts) for e in events]
+        dur = [raw_value(e.dur) for e in events]
+    else:
+        ts = [e.ts for e in events]
+        dur = [e.dur for e in events]
+    start, ok = us_to_ns_exact(ts)
+    return start, ok, durations_to_ns([v or 0 for v in dur])
+
+
+def raw_value(raw: Any) -> Any:
+    """A raw JSON value as the text decoder gives it (ints, fractional literals as text); None when absent."""
+    if not isinstance(raw, msgspec.Raw):
+        return raw
+    return _VALUE_DECODER.decode(raw) if len(raw) else None
+
+
+# One JSON value, fractional numbers kept as their text (as the reader's text decoder keeps them).
+_VALUE_DECODER = msgspec.json.Decoder(float_hook=str)

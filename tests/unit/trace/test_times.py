@@ -96,7 +96,7 @@ def _python_path(events):
     return start, ok, durations_to_ns([e.dur or 0 for e in events])
 
 
-@pytest.mark.skipif(not native_times(), reason="stave._trace_times is not built here (no C compiler at install)")
+@pytest.mark.skipif(not native_times(), reason="stave._trace_times is not built here (no C compiler at install) or STAVE_NATIVE=0")
 @pytest.mark.parametrize("seed", range(5))
 def test_native_times_match_the_python_path(seed: int) -> None:
     # Random plain spellings (what Kineto writes), and the odd ones the C path hands back to Python.
