@@ -1,12 +1,14 @@
 /* stave._trace_times: a trace's event times as exact integer nanoseconds, in C.
  *
- * The reader keeps each fractional time as the text of its JSON literal (stave.trace.events); this
- * module reads the ``ts`` and ``dur`` of a list of events and turns them into int64 nanoseconds
- * with the rule of stave.trace.times: up to three digits after the dot are whole nanoseconds, a
- * fourth rounds half away from zero, the rest are ignored; |time| >= MAX_TIME_US microseconds is
- * not a time. It reads only what it can read exactly (a Python int, or text of the form
- * -?[0-9]+(.[0-9]+)?, or None for a duration); for anything else it returns None and the caller
- * takes the Python path, so both paths give the same numbers by construction.
+ * literal_ns is the JSON decoder's hook for fractional time literals (stave.trace.times): it turns
+ * the literal's text into its time in whole nanoseconds, held by a float (exact below 2**53 ns), so
+ * an event keeps no text. event_times reads the ``ts`` and ``dur`` of a list of events and turns
+ * them into int64 nanoseconds with the rule of stave.trace.times: up to three digits after the dot
+ * are whole nanoseconds, a fourth rounds half away from zero, the rest are ignored; |time| >=
+ * MAX_TIME_US microseconds is not a time. It reads only what it can read exactly (a Python int in
+ * microseconds, a float of nanoseconds from literal_ns, text of the form -?[0-9]+(.[0-9]+)?, or
+ * None); for anything else it returns None and the caller takes the Python path, so both paths give
+ * the same numbers by construction.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -25,22 +27,17 @@ static int text_ns(const unsigned char *s, Py_ssize_t n, int64_t *ns);
 
 /* One value to ns. Returns OK (ns set), INVALID (not a usable time: ns 0) or OTHER (a spelling this
  * module does not read: the caller falls back to Python). A value is None or a Python int or str
- * (the decoder's), or a msgspec.Raw holding the value's JSON text (empty when the key is absent). */
+ * (the decoder's), or a float of whole nanoseconds made by literal_ns. */
 static int value_ns(PyObject *v, int none_is_zero, int64_t *ns) {
     *ns = 0;
     if (v == Py_None) {
         /* No duration is a zero one (``e.dur or 0``); no timestamp is not a time. */
         return none_is_zero ? OK : INVALID;
     }
-    if (!PyUnicode_Check(v) && !PyLong_Check(v) && PyObject_CheckBuffer(v)) {
-        Py_buffer view;
-        if (PyObject_GetBuffer(v, &view, PyBUF_SIMPLE) < 0) {
-            PyErr_Clear();
-            return OTHER;
-        }
-        int r = view.len == 0 ? (none_is_zero ? OK : INVALID) : text_ns((const unsigned char *)view.buf, view.len, ns);
-        PyBuffer_Release(&view);
-        return r;
+    if (PyFloat_CheckExact(v)) {
+        /* Only literal_ns makes floats here: whole nanoseconds, exact below 2**53. */
+        *ns = (int64_t)PyFloat_AS_DOUBLE(v);
+        return OK;
     }
     if (PyLong_CheckExact(v)) {
         int overflow = 0;
@@ -109,8 +106,28 @@ static int text_ns(const unsigned char *s, Py_ssize_t n, int64_t *ns) {
     return OK;
 }
 
+/* Floats hold integers exactly up to 2**53: a time in ns below it travels as a float. */
+#define FLOAT_EXACT_NS ((int64_t)1 << 53)
+
+/* literal_ns(text) -> float or text: the decoder's hook for a fractional literal. A plain literal
+ * becomes its time in whole nanoseconds as a float (24 bytes, like the float a plain decode would
+ * make, and exact); anything else (or a time past 2**53 ns) stays the text. */
+static PyObject *literal_ns(PyObject *self, PyObject *text) {
+    (void)self;
+    if (PyUnicode_CheckExact(text) && PyUnicode_KIND(text) == PyUnicode_1BYTE_KIND) {
+        int64_t ns;
+        if (text_ns(PyUnicode_1BYTE_DATA(text), PyUnicode_GET_LENGTH(text), &ns) == OK && ns < FLOAT_EXACT_NS &&
+            ns > -FLOAT_EXACT_NS) {
+            return PyFloat_FromDouble((double)ns);
+        }
+    }
+    Py_INCREF(text);
+    return text;
+}
+
 /* event_times(events) -> (start, ts_ok, dur, dur_ok) as bytes (int64 ns, bool) or None. */
 static PyObject *event_times(PyObject *self, PyObject *arg) {
+    (void)self;
     static PyObject *ts_name = NULL, *dur_name = NULL;
     if (ts_name == NULL) {
         ts_name = PyUnicode_InternFromString("ts");
@@ -169,6 +186,9 @@ fail:
 }
 
 static PyMethodDef methods[] = {
+    {"literal_ns", literal_ns, METH_O,
+     "literal_ns(text) -> float | str: a fractional time literal as whole nanoseconds (a float, exact), or the "
+     "text itself when it is not a plain literal below 2**53 ns."},
     {"event_times", event_times, METH_O,
      "event_times(events) -> (start_ns, ts_ok, dur_ns, dur_ok) as bytes (int64, bool), or None when some "
      "value needs the Python path (stave.trace.times)."},

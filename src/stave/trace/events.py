@@ -36,7 +36,8 @@ class EventArgs(msgspec.Struct, gc=False):
 
 class Event(msgspec.Struct, gc=False):
     """One trace event. ``ts``/``dur`` are microseconds as written: an int, or the text of a
-    fractional literal (never a float: see :mod:`stave.trace.times`)."""
+    fractional literal; where the C time reader is built, a fractional literal is instead its
+    time in whole nanoseconds held by a float (exact; see :mod:`stave.trace.times`)."""
 
     ph: str = ""
     cat: str = ""
@@ -49,17 +50,6 @@ class Event(msgspec.Struct, gc=False):
     args: EventArgs | None = None
 
 
-class RawTimesEvent(Event, gc=False):
-    """An :class:`Event` whose ``ts``/``dur`` stay the raw JSON text of their values (empty when
-    absent), read in bulk by the C extension (:func:`stave.trace.times.event_times_ns`): no Python
-    object per time at all. Like ``input_types``, a Raw points into the reader's buffer."""
-
-    ts: msgspec.Raw = msgspec.Raw(b"")
-    dur: msgspec.Raw = msgspec.Raw(b"")
-
-
-# Where stave._trace_times is built: times left as raw text for the C reader.
-RAW_TIMES_DECODER = msgspec.json.Decoder(list[RawTimesEvent])
 # float_hook applies to the untyped fields only (ts, dur): their literals stay text, parsed exactly.
 # The hook only has to return the text it is given; ``str.strip`` does (a float literal has no
 # whitespace) through a cheaper call than ``str`` (a type call), which is measurable per event.

@@ -31,8 +31,8 @@ from typing import Any, BinaryIO, Iterator
 import msgspec
 
 from stave.errors import FormatError, InputError
-from stave.trace.events import EVENT_LIST_DECODER, LENIENT_DECODER, RAW_TIMES_DECODER, Event, event_from_dict
-from stave.trace.times import native_times
+from stave.trace.events import EVENT_LIST_DECODER, LENIENT_DECODER, Event, event_from_dict
+from stave.trace.times import ns_times_decoder
 
 log = logging.getLogger(__name__)
 
@@ -143,8 +143,8 @@ class TraceReader:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.stats = ReadStats(path=str(self.path))
-        # With the C time reader, times stay raw JSON text (no Python object per time).
-        self._decoder = RAW_TIMES_DECODER if native_times() else EVENT_LIST_DECODER
+        # With the C time reader, fractional times are whole nanoseconds from the decoder's hook.
+        self._decoder = ns_times_decoder() or EVENT_LIST_DECODER
 
     def _error(self, what: str, offset: int | None = None, event: int | None = None) -> FormatError:
         where = []

@@ -234,6 +234,24 @@ def native_times() -> bool:
     return _native is not None and os.environ.get(NATIVE_ENV, "1") != "0"
 
 
+def ns_times_decoder() -> msgspec.json.Decoder | None:
+    """The reader's event decoder whose hook turns each fractional time literal into whole
+    nanoseconds in C (a float, exact below 2**53 ns; other spellings stay text); None without the
+    extension. An event then holds no text per time, so the analysis walks events as fast as
+    before exact parsing."""
+    global _NS_DECODER
+    if not native_times():
+        return None
+    if _NS_DECODER is None:
+        from stave.trace.events import Event
+
+        _NS_DECODER = msgspec.json.Decoder(list[Event], float_hook=_native.literal_ns)
+    return _NS_DECODER
+
+
+_NS_DECODER: msgspec.json.Decoder | None = None
+
+
 def event_times_ns(events: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(start ns, start valid, duration ns) of events with a ``ts`` (and maybe a ``dur``).
 
@@ -248,23 +266,15 @@ def event_times_ns(events: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarra
             ok = np.frombuffer(dur_ok, dtype=np.bool_)
             return (np.frombuffer(start, dtype=np.int64), np.frombuffer(ts_ok, dtype=np.bool_),
                     np.where(ok, np.clip(dur_ns, 0, MAX_TIME_NS), 0))
-    if events and type(events[0].ts) is msgspec.Raw:
-        # Raw JSON text (the decoder for the C path) that the C path handed back: decode it here.
-        ts = [raw_value(e.ts) for e in events]
-        dur = [raw_value(e.dur) for e in events]
-    else:
-        ts = [e.ts for e in events]
-        dur = [e.dur for e in events]
-    start, ok = us_to_ns_exact(ts)
-    return start, ok, durations_to_ns([v or 0 for v in dur])
+    start, ok = us_to_ns_exact([_as_us(e.ts) for e in events])
+    return start, ok, durations_to_ns([_as_us(e.dur) or 0 for e in events])
 
 
-def raw_value(raw: Any) -> Any:
-    """A raw JSON value as the text decoder gives it (ints, fractional literals as text); None when absent."""
-    if not isinstance(raw, msgspec.Raw):
-        return raw
-    return _VALUE_DECODER.decode(raw) if len(raw) else None
-
-
-# One JSON value, fractional numbers kept as their text (as the reader's text decoder keeps them).
-_VALUE_DECODER = msgspec.json.Decoder(float_hook=str)
+def _as_us(value: Any) -> Any:
+    """A time as the text path reads it: a float here is whole nanoseconds from the C hook, which
+    becomes its exact microsecond text."""
+    if type(value) is float:
+        ns = int(value)
+        sign, ns = ("-", -ns) if ns < 0 else ("", ns)
+        return f"{sign}{ns // 1000}.{ns % 1000:03d}"
+    return value

@@ -126,11 +126,12 @@ def trace_report(tmp_path: Path, events: list[dict], metadata: dict | None = Non
     return report.traces[0], {f.id: f for f in trace_findings(report)}
 
 
-def test_trace_sync_in_loop_is_the_shared_estimate(tmp_path: Path) -> None:
+@pytest.mark.parametrize("call", ["cudaStreamSynchronize", "hipStreamSynchronize"])  # and the renamed (ROCm) call
+def test_trace_sync_in_loop_is_the_shared_estimate(tmp_path: Path, call: str) -> None:
     events = []
     for n, base in ((1, 0), (2, 100)):
         events += [step(n, base, 100), *launched("ampere_sgemm_128x64_nn", base + 1, 2, base + 5, 40, corr=10 * n + 1)]
-        events += [op("aten::item", base + 10, 42), runtime("cudaStreamSynchronize", base + 11, 40, corr=10 * n + 2)]
+        events += [op("aten::item", base + 10, 42), runtime(call, base + 11, 40, corr=10 * n + 2)]
         events += launched("ampere_sgemm_128x64_nn", base + 80, 2, base + 85, 10, corr=10 * n + 3)
     t, found = trace_report(tmp_path, events, H100)
     f = found["SYNC_IN_LOOP"]

@@ -12,7 +12,7 @@ from stave.errors import FormatError, InputError
 from stave.trace import reader as reader_mod
 from stave.trace.reader import TraceReader
 from stave.trace.tables import load_trace
-from stave.trace.times import raw_value
+from stave.trace.times import event_times_ns
 from trace_synth import kernel, op, step, write_trace
 
 TRICKY = [
@@ -38,9 +38,9 @@ def test_same_events_in_every_layout(tmp_path: Path, fmt: str) -> None:
     path = write_trace(tmp_path / f"t.{fmt}.json", TRICKY, fmt=fmt, metadata={"distributedInfo": {"rank": 3}})
     events, r = read_all(path)
     assert [e.name for e in events] == [e["name"] for e in TRICKY]
-    # The literal's text, never a float (raw JSON text where the C time reader is built).
-    assert raw_value(events[4].ts) == "10.25" and events[4].args.correlation == 7
-    assert raw_value(events[6].dur) is None
+    # The literal's exact time (its text, or whole ns where the C time reader is built).
+    assert event_times_ns([events[4]])[0].tolist() == [10250] and events[4].args.correlation == 7
+    assert events[6].dur is None
     if fmt != "array":
         assert r.stats.metadata["distributedInfo"] == {"rank": 3}
         assert r.stats.metadata["traceName"].endswith(".json")  # a key after traceEvents

@@ -91,15 +91,11 @@ class _Ev:
         self.ts, self.dur = ts, dur
 
 
-def _python_path(events):
-    start, ok = us_to_ns_exact([e.ts for e in events])
-    return start, ok, durations_to_ns([e.dur or 0 for e in events])
-
-
 @pytest.mark.skipif(not native_times(), reason="stave._trace_times is not built here (no C compiler at install) or STAVE_NATIVE=0")
 @pytest.mark.parametrize("seed", range(5))
-def test_native_times_match_the_python_path(seed: int) -> None:
-    # Random plain spellings (what Kineto writes), and the odd ones the C path hands back to Python.
+def test_native_times_match_the_python_path(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Random plain spellings (what Kineto writes; floats are whole ns from the C decoder hook), and
+    # the odd ones the C path hands back to Python.
     import random
 
     rng = random.Random(seed)
@@ -112,14 +108,31 @@ def test_native_times_match_the_python_path(seed: int) -> None:
         lambda: str(MAX_TIME_US + rng.randint(0, 9)),
         lambda: f"{MAX_TIME_US - 1}.9995",
         lambda: None,
+        lambda: float(rng.randint(-2**40, 2**50)),
     ]
-    odd = [lambda: "1e3", lambda: "0001.5", lambda: "+2.5", lambda: "1.", lambda: "abc", lambda: True, lambda: 2.5]
+    odd = [lambda: "1e3", lambda: "0001.5", lambda: "+2.5", lambda: "1.", lambda: "abc", lambda: True]
     for pool in (spellings, spellings + odd):
         events = [_Ev(rng.choice(pool)(), rng.choice(pool)()) for _ in range(300)]
         native = event_times_ns(events)
-        python = _python_path(events)
+        monkeypatch.setenv("STAVE_NATIVE", "0")
+        python = event_times_ns(events)
+        monkeypatch.delenv("STAVE_NATIVE")
         for a, b in zip(native, python):
             assert np.asarray(a).tolist() == np.asarray(b).tolist()
+
+
+def test_decoder_hook_gives_exact_nanoseconds() -> None:
+    from stave.trace.times import ns_times_decoder
+
+    decoder = ns_times_decoder()
+    if decoder is None:
+        pytest.skip("stave._trace_times is not built here (no C compiler at install) or STAVE_NATIVE=0")
+    raw = b'[{"ph":"X","ts":4522235494717.833,"dur":0.0005},{"ph":"X","ts":%s,"dur":1e3}]' % BIG.encode()
+    a, b = decoder.decode(raw)
+    # Below 2**53 ns: a float of whole ns; beyond (a 19-digit time): the text; exponents: text too.
+    assert a.ts == 4522235494717833.0 and a.dur == 1.0 and b.ts == BIG and b.dur == "1e3"
+    start, ok, dur = event_times_ns([a, b])
+    assert start.tolist() == [4522235494717833, _ns(BIG)] and ok.all() and dur.tolist() == [1, 1000000]
 
 
 def test_native_switch_and_python_path_agree_on_a_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
