@@ -350,16 +350,16 @@ def small_batch(inp: DoctorInput) -> Finding | None:
         "op_overhead_ns": record.probes.op_overhead_ns,
         **parts,
     }
-    unit = "micro-batch" if accum >= 2 else "batch"
+    unit, size = ("micro-batch", micro) if accum >= 2 else ("batch", batch)
     return make_finding(
         "SMALL_BATCH",
         est,
-        f"{share:.0%} of each step is fixed cost that does not grow with the {unit} of {micro if accum >= 2 else batch}",
+        f"{share:.0%} of each step is fixed cost that does not grow with the {unit} of {size}",
         evidence,
         "\n".join(lines),
         explanation=(
             "The optimizer update, per-op dispatch and per-batch loader overhead cost the same for 1 "
-            f"sample or {(micro if accum >= 2 else batch) * growth}. The {unit} named is where the step "
+            f"sample or {size * growth}. The {unit} named is where the step "
             f"model predicts a further doubling gains under {REPORT_MIN_SPEEDUP:.2f}x (per-sample time "
             f"has stopped falling); estimate: samples/s at that {unit}, the step model before over after."
         ),

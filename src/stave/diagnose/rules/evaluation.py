@@ -88,8 +88,8 @@ def eval_overhead(inp: DoctorInput) -> Finding | None:
             "eval_interval_steps_after": every,
             "eval_target_share": EVAL_TARGET_SHARE,
         },
-        f"""# Evaluate every {every} steps instead of every {interval:.3g} (or on a subset {every / interval:.3g}x smaller),
-# without autograd:
+        f"""# Evaluate every {every} steps instead of every {interval:.3g}
+# (or on a subset {every / interval:.3g}x smaller), without autograd:
 if step % {every} == 0:
     model.eval()
     with torch.inference_mode():
