@@ -523,6 +523,13 @@ def within_budget(plan: Sequence[tuple[Scenario, Variant]], estimates_s: Sequenc
     return len(plan), total
 
 
+def pace_so_far(rows: Sequence[Row], priced: Sequence[tuple[float, bool]]) -> float:
+    """The rows' actual seconds over their estimate (1 before any row ran)."""
+    estimated = sum(p[0] for p in priced)
+    actual = sum(r.seconds for r in rows)
+    return actual / estimated if rows and estimated > 0 else 1.0
+
+
 def _share(flags: Sequence[bool | None]) -> tuple[int, int]:
     judged = [f for f in flags if f is not None]
     return sum(1 for f in judged if f), len(judged)
@@ -668,7 +675,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-docs", action="store_true", help="write the section of docs/benchmarks.md")
     parser.add_argument("--budget-min", type=float, metavar="MIN", help="run the rows in priority order (each "
                         "scenario's first row, then hog, 1-core and other rows; mechanisms taking turns) while "
-                        "their estimated runtime fits MIN minutes; the rows left out are listed")
+                        "their estimated runtime fits MIN minutes, re-checked before each row at the pace the rows "
+                        "so far have run; the rows left out are listed")
     parser.add_argument("--list", action="store_true", help="list the rows in run order with their estimated "
                         "runtime, run nothing")
     parser.add_argument("--from-json", metavar="PATH", help="run nothing: render (and with --write-docs write) "
@@ -766,7 +774,17 @@ def main(argv: list[str] | None = None) -> int:
     ) as progress:
         task = progress.add_task("scenarios", total=len(plan))
         try:
-            for sc, v in plan:
+            for i, (sc, v) in enumerate(plan):
+                elapsed = time.perf_counter() - start
+                pace = pace_so_far(rows, priced[:len(rows)])
+                if budget_s is not None and rows and elapsed + priced[i][0] * pace > budget_s:
+                    # The machine runs slower (or faster) than estimated: the budget holds at run
+                    # time too, at the pace the rows so far have shown.
+                    left = [f"{x.name} {y.label}" for x, y in plan[i:]]
+                    meta["skipped_for_budget"] = left + skipped
+                    progress.console.print(f"budget: {elapsed / 60:.0f} min spent at {pace:.1f}x the estimate; "
+                                           f"{len(left)} more rows left out: {', '.join(left)}")
+                    break
                 progress.update(task, description=f"{sc.name} {v.label}")
                 steps = row_steps(sc)
                 row = measure_row(sc, v, pairs, steps, Path(tmp))
@@ -775,7 +793,8 @@ def main(argv: list[str] | None = None) -> int:
                 progress.console.print(
                     f"{sc.name} {v.label}: top {row.top_finding}, est {row.est_speedup}, measured "
                     f"{row.measured_speedup and round(row.measured_speedup, 2)} (spread "
-                    f"{row.spread and round(row.spread, 2)}) {row.status} {row.error}")
+                    f"{row.spread and round(row.spread, 2)}) {row.status} {row.error} "
+                    f"[{row.seconds / 60:.1f} min, estimated {priced[i][0] / 60:.1f}]")
                 progress.advance(task)
         except KeyboardInterrupt:
             interrupted = True

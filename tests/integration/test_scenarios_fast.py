@@ -134,6 +134,12 @@ def test_budget_keeps_rows_in_order_until_one_does_not_fit():
     assert driver.within_budget(plan, [60.0, 60.0, 30.0, 10.0], budget_s=None) == (4, 160.0)
 
 
+def test_pace_is_actual_over_estimated_seconds():
+    rows = [driver.Row("s", "v", "m", "m", 2, False, [], "median_step_s", 2, seconds=90.0)]
+    assert driver.pace_so_far(rows, [(60.0, True)]) == pytest.approx(1.5)
+    assert driver.pace_so_far([], []) == 1.0
+
+
 def test_runtime_estimate_from_a_past_run_and_the_steps_each_statistic_needs():
     sc = next(s for s in SCENARIOS if s.statistic == "median_step_s" and s.steps > s.warmup + 20)
     v = sc.variants[0]
