@@ -127,13 +127,17 @@ def test_small_batch_from_fixed_costs():
 
 
 def test_small_batch_never_names_a_batch_beyond_linear_lr_scaling():
-    # All fixed and no loading to wait for: per-sample time keeps falling, but the batch stops at
-    # LARGE_BATCH_MAX.
-    steps = make_steps(lambda i: {"data_wait": 0.0, "forward": 0.01, "backward": 0.01, "optimizer": 9.0, "other": 0.01},
-                       samples=32)
-    f = run_rule("SMALL_BATCH", healthy_record(steps=steps, probes=probes(), workers=[]))
-    assert f is not None
-    assert 32 * f.evidence["batch_growth"] <= batch.LARGE_BATCH_MAX < 64 * f.evidence["batch_growth"]
+    # All fixed and no loading to wait for: per-sample time keeps falling, but the batch grows at
+    # most SMALL_BATCH_MAX_GROWTH times and to at most LARGE_BATCH_MAX samples.
+    def growth(samples: int) -> int:
+        steps = make_steps(lambda i: {"data_wait": 0.0, "forward": 0.01, "backward": 0.01, "optimizer": 9.0,
+                                      "other": 0.01}, samples=samples)
+        f = run_rule("SMALL_BATCH", healthy_record(steps=steps, probes=probes(), workers=[]))
+        assert f is not None and f.est_speedup <= f.evidence["batch_growth"]
+        return f.evidence["batch_growth"]
+
+    assert growth(2) == batch.SMALL_BATCH_MAX_GROWTH
+    assert 1024 * growth(1024) <= batch.LARGE_BATCH_MAX < 1024 * 2 * growth(1024)
 
 
 def test_small_batch_with_accumulation_prices_the_micro_batch():
