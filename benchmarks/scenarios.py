@@ -10,8 +10,8 @@ the variant's first core). Torch's default thread counts throughout: ``OMP_NUM_T
 
 Per variant (a row):
 
-1. one warm-up pair, then ``--pairs`` interleaved pairs of plain runs, planted and ``--fixed``, each a
-   separate process (A B, B A, A B, ...); the measured speedup is the median over pairs of the ratio
+1. one warm-up pair (short runs), then ``--pairs`` interleaved pairs of plain runs, planted and
+   ``--fixed``, each a separate process (A B, B A, A B, ...); the measured speedup is the median over pairs of the ratio
    of the statistic the scenario names, with its spread ((max - min) / median); a spread above
    ``MAX_SPREAD`` makes the row *unmeasured* (a miss for the estimate goal);
 2. ``stave doctor --json`` once on the planted script: top finding, and the est_speedup of the
@@ -27,8 +27,14 @@ measured table, hog consistency and the healthy controls, with the goals:
 - the estimate within 1.5x of the measured speedup on >= 90 % of planted rows;
 - with a hog, the same top finding as without (or MACHINE_BUSY first and that finding second).
 
+The runtime is estimated and printed before anything runs (rows priced from earlier results files,
+see :func:`estimate_row_s`); rows run in priority order (:func:`prioritized`), and ``--budget-min``
+runs them while their estimate fits and states the rows it left out. The plain runs take the steps
+their statistic needs (:func:`timing_steps`, :func:`warmup_steps`); the doctor's run takes the
+scenario's steps.
+
     PYTHONPATH=src python benchmarks/scenarios.py [--quick] [--only PATTERN] [--pairs N]
-        [--variant PATTERN] [--out PATH] [--write-docs] [--list] [--from-json PATH]
+        [--variant PATTERN] [--budget-min MIN] [--out PATH] [--write-docs] [--list] [--from-json PATH]
 
 Framework scenarios (transformers, lightning, accelerate, timm) are skipped, one line each, when
 the framework is not importable; add it with ``PYTHONPATH``.
@@ -77,6 +83,21 @@ MACHINE_BUSY = "MACHINE_BUSY"
 RUN_TIMEOUT_S = 900
 # Environment variables that would pin torch's thread pools: the matrix runs torch's defaults.
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# A run timed on its median step needs no more measured steps than this: the median of 20 steady steps
+# sits within about a third of a step-time standard deviation of the run's own, far inside the 50 %
+# spread limit and the 1.5x estimate band; more steps only cost time. Mean and samples/s statistics
+# keep the scenario's steps (they must cover its periodic costs: evaluations, stalls, epoch starts).
+MEDIAN_MEASURED_STEPS = 20
+# The doctor's run costs about two plain runs (its probes and the analysis after the script); used
+# only to estimate the runtime.
+DOCTOR_RUN_COST = 2.0
+# Without a previous result for a row, its runs are guessed at this many seconds a step (the slowest
+# planted steps on a quiet 2-core machine take about a quarter second); the estimate says how many
+# rows it guessed.
+GUESS_STEP_S = 0.25
+# Rows run in this order of kinds under --budget-min: each scenario's first row (the goals' main
+# evidence), its hog row (the hog goal), its 1-core row, then its other variants.
+PRIORITY_KINDS = ("first", "hog", "one_core", "other")
 
 
 class ScenarioError(Exception):
@@ -295,6 +316,9 @@ class Row:
     control_clean: bool | None = None
     load_avg_1min: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    steps: int = 0  # the doctor's run (and the plain runs of a mean or samples/s statistic)
+    timing_steps: int = 0  # the plain timed runs
+    warmup_steps: int = 0  # the warm-up pair's runs
 
 
 def job_top(findings: Sequence[Sequence[Any]], hog: bool) -> str | None:
@@ -322,10 +346,28 @@ def judge(row: Row) -> None:
     row.estimate_within = 1.0 / ESTIMATE_FACTOR <= ratio <= ESTIMATE_FACTOR
 
 
+def timing_steps(scenario: Scenario, steps: int) -> int:
+    """Steps of the plain timed runs: a median statistic needs :data:`MEDIAN_MEASURED_STEPS` measured
+    steps after the warm-up; a mean or a rate keeps all of ``steps`` (its periods)."""
+    if scenario.statistic == "median_step_s":
+        return min(steps, scenario.warmup + MEDIAN_MEASURED_STEPS)
+    return steps
+
+
+def warmup_steps(scenario: Scenario, steps: int) -> int:
+    """Steps of the warm-up pair, whose timing is dropped: it only warms the page cache and the compile
+    caches, which a short run does as well, except where the cost is in compiling every shape the run
+    meets (``warmup = 0``: the compile falls in the counted steps), which takes the whole run."""
+    if scenario.warmup == 0:
+        return steps
+    return min(steps, max(scenario.quick_steps, scenario.warmup + 1))
+
+
 def measure_row(scenario: Scenario, variant: Variant, pairs: int, steps: int, tmp: Path) -> Row:
     """Interleaved planted/fixed pairs after a warm-up pair, then the doctor once."""
     row = Row(scenario.name, variant.label, scenario.mechanism, scenario.expect, variant.cores, variant.hog,
-              list(variant.args), scenario.statistic, pairs)
+              list(variant.args), scenario.statistic, pairs, steps=steps,
+              timing_steps=timing_steps(scenario, steps), warmup_steps=warmup_steps(scenario, steps))
     start = time.perf_counter()
     cpus = core_set(variant.cores)
     hog = Hog(min(cpus)) if variant.hog else None
@@ -339,8 +381,9 @@ def measure_row(scenario: Scenario, variant: Variant, pairs: int, steps: int, tm
             row.load_avg_1min.append(os.getloadavg()[0])
             order = (False, True) if i % 2 == 0 else (True, False)
             got: dict[bool, float] = {}
+            run_steps = row.warmup_steps if i == 0 else row.timing_steps
             for is_fixed in order:
-                got[is_fixed] = float(timing(run_child(script_cmd(scenario, variant, steps, is_fixed), cpus))
+                got[is_fixed] = float(timing(run_child(script_cmd(scenario, variant, run_steps, is_fixed), cpus))
                                       [scenario.statistic])
             if i == 0:
                 continue
@@ -366,6 +409,125 @@ def measure_row(scenario: Scenario, variant: Variant, pairs: int, steps: int, tm
     row.seconds = time.perf_counter() - start
     judge(row)
     return row
+
+
+# --- runtime: estimate, priority, budget ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PastRow:
+    """What a row cost in an earlier run (from a results file)."""
+
+    seconds: float
+    pairs: int
+    steps: int
+    timing_steps: int
+    warmup_steps: int
+
+
+def load_history(paths: Sequence[Path], scenarios: Sequence[Scenario]) -> dict[tuple[str, str], PastRow]:
+    """Each row's cost in earlier results files (the newest file that has it wins); rows that failed
+    or were skipped tell nothing about the cost and are left out."""
+    by_name = {sc.name: sc for sc in scenarios}
+    out: dict[tuple[str, str], PastRow] = {}
+    for path in sorted(paths, key=lambda p: p.stat().st_mtime):
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # a file being written or not a results file: no history from it
+        quick = bool(saved.get("meta", {}).get("quick"))
+        for r in saved.get("rows", []):
+            sc = by_name.get(r.get("scenario"))
+            if sc is None or r.get("status") not in ("ok", "unmeasured") or not r.get("seconds"):
+                continue
+            # Files written before the steps were recorded ran every run at the scenario's steps.
+            steps = int(r.get("steps") or (sc.quick_steps if quick else sc.steps))
+            out[(sc.name, r["variant"])] = PastRow(float(r["seconds"]), int(r["pairs"]), steps,
+                                                   int(r.get("timing_steps") or steps),
+                                                   int(r.get("warmup_steps") or steps))
+    return out
+
+
+def measure_startup_s(cpus: set[int]) -> float:
+    """Seconds a child takes to start Python and import torch (the part of every run that steps do not
+    explain), measured once."""
+    start = time.perf_counter()
+    run_child([sys.executable, "-c", "import torch"], cpus, timeout_s=120)
+    return time.perf_counter() - start
+
+
+def _row_units(pairs: int, steps: int, timed: int, warm: int) -> tuple[float, float]:
+    """(runs, steps run) of a row: the warm-up pair, the timed pairs and the doctor's run."""
+    runs = 2.0 * pairs + 2.0 + DOCTOR_RUN_COST
+    return runs, 2.0 * pairs * timed + 2.0 * warm + DOCTOR_RUN_COST * steps
+
+
+def estimate_row_s(scenario: Scenario, variant: Variant, pairs: int, steps: int,
+                   history: dict[tuple[str, str], PastRow], startup_s: float) -> tuple[float, bool]:
+    """The row's estimated seconds and whether it came from a past run (else a guess).
+
+    A run costs the start-up plus its steps; a past run of the row gives its seconds per step.
+    """
+    runs, units = _row_units(pairs, steps, timing_steps(scenario, steps), warmup_steps(scenario, steps))
+    past = history.get((scenario.name, variant.label))
+    scale = 1.0
+    if past is None:
+        # Another row of the same scenario: one core, or a hog on one of two, halves the CPU it gets.
+        sibling = next((k for k in history if k[0] == scenario.name), None)
+        if sibling is None:
+            return runs * startup_s + units * GUESS_STEP_S, False
+        past = history[sibling]
+        scale = 2.0 if (variant.cores == 1 or variant.hog) and not (sibling[1].endswith("/1c")
+                                                                     or sibling[1].endswith("/hog")) else 1.0
+    p_runs, p_units = _row_units(past.pairs, past.steps, past.timing_steps, past.warmup_steps)
+    per_step = max(0.0, past.seconds - p_runs * startup_s) / max(p_units, 1.0) * scale
+    return runs * startup_s + units * per_step, True
+
+
+def _kind(scenario: Scenario, variant: Variant) -> str:
+    if variant == scenario.variants[0]:
+        return "first"
+    if variant.hog:
+        return "hog"
+    if variant.cores == 1:
+        return "one_core"
+    return "other"
+
+
+def prioritized(plan: Sequence[tuple[Scenario, Variant]]) -> list[tuple[Scenario, Variant]]:
+    """The rows in the order of :data:`PRIORITY_KINDS`; within a kind, mechanisms take turns, so a
+    run cut short (a budget, Ctrl-C) still covers every mechanism."""
+    out: list[tuple[Scenario, Variant]] = []
+    for kind in PRIORITY_KINDS:
+        by_mech: dict[str, list[tuple[Scenario, Variant]]] = {}
+        for sc, v in plan:
+            if _kind(sc, v) == kind:
+                by_mech.setdefault(sc.mechanism, []).append((sc, v))
+        queues = list(by_mech.values())
+        while any(queues):
+            for q in queues:
+                if q:
+                    out.append(q.pop(0))
+    return out
+
+
+def within_budget(plan: Sequence[tuple[Scenario, Variant]], estimates_s: Sequence[float],
+                  budget_s: float | None) -> tuple[int, float]:
+    """How many of the (prioritized) rows fit the budget, taken in order until the next does not;
+    and their estimated seconds."""
+    total = 0.0
+    for i, est in enumerate(estimates_s):
+        if budget_s is not None and total + est > budget_s:
+            return i, total
+        total += est
+    return len(plan), total
+
+
+def pace_so_far(rows: Sequence[Row], priced: Sequence[tuple[float, bool]]) -> float:
+    """The rows' actual seconds over their estimate (1 before any row ran)."""
+    estimated = sum(p[0] for p in priced)
+    actual = sum(r.seconds for r in rows)
+    return actual / estimated if rows and estimated > 0 else 1.0
 
 
 def _share(flags: Sequence[bool | None]) -> tuple[int, int]:
@@ -412,6 +574,17 @@ def _pct(ok: int, n: int) -> str:
     return f"{ok}/{n} ({ok / n:.0%})" if n else "0/0"
 
 
+def _budget_note(meta: dict[str, Any]) -> str:
+    """The estimate and what a budget left out, for the conditions line."""
+    note = ""
+    if meta.get("estimated_minutes") is not None:
+        note += f"; estimated {meta['estimated_minutes']:.0f} min beforehand"
+    skipped = meta.get("skipped_for_budget") or []
+    if skipped:
+        note += f"; --budget-min {meta.get('budget_min'):g} left out {len(skipped)} rows: {', '.join(skipped)}"
+    return note
+
+
 def render_markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
     """The docs/benchmarks.md section: conditions, goals, confusion matrix, estimates, hog, controls."""
     s = summary(rows)
@@ -419,7 +592,8 @@ def render_markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
         f"Last run: {meta['date']}, {meta['machine']}, {meta['pairs']} interleaved pairs per row after a warm-up "
         f"pair, {meta['minutes']:.0f} min in all{', QUICK smoke run (not a measurement of the goals)' if meta['quick'] else ''}"
         f"{', only ' + meta['only'] if meta['only'] else ''}; torch's default threads; 1-min load average "
-        f"{meta['load_min']:.1f}-{meta['load_max']:.1f} during the pairs.",
+        f"{meta['load_min']:.1f}-{meta['load_max']:.1f} during the pairs"
+        f"{_budget_note(meta)}.",
         f"Command: `{meta['command']}`",
         "",
         "| goal | result | met |",
@@ -499,7 +673,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, help="interleaved pairs per row (default 5; --quick 2)")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="results JSON (rewritten after every row)")
     parser.add_argument("--write-docs", action="store_true", help="write the section of docs/benchmarks.md")
-    parser.add_argument("--list", action="store_true", help="list the scenarios and variants, run nothing")
+    parser.add_argument("--budget-min", type=float, metavar="MIN", help="run the rows in priority order (each "
+                        "scenario's first row, then hog, 1-core and other rows; mechanisms taking turns) while "
+                        "their estimated runtime fits MIN minutes, re-checked before each row at the pace the rows "
+                        "so far have run; the rows left out are listed")
+    parser.add_argument("--list", action="store_true", help="list the rows in run order with their estimated "
+                        "runtime, run nothing")
     parser.add_argument("--from-json", metavar="PATH", help="run nothing: render (and with --write-docs write) "
                         "the section from a results file written earlier")
     args = parser.parse_args(argv)
@@ -531,15 +710,43 @@ def main(argv: list[str] | None = None) -> int:
         elif args.quick:
             variants = variants[:1]
         plan += [(sc, v) for v in variants if v.cores <= len(os.sched_getaffinity(0))]
+    if args.budget_min is not None and args.budget_min <= 0:
+        print(f"--budget-min must be > 0, got {args.budget_min}", file=sys.stderr)
+        return 2
+    plan = prioritized(plan)
+    out_path = Path(args.out)
+    history = load_history([*out_path.parent.glob("*.json"), *DEFAULT_OUT.parent.glob("*.json")], scenarios)
+    startup = measure_startup_s(core_set(1))
+
+    def row_steps(sc: Scenario) -> int:
+        return sc.quick_steps if args.quick else sc.steps
+
+    priced = [estimate_row_s(sc, v, pairs, row_steps(sc), history, startup) for sc, v in plan]
+    budget_s = args.budget_min * 60 if args.budget_min is not None else None
+    keep, planned_s = within_budget(plan, [p[0] for p in priced], budget_s)
+    skipped = [f"{sc.name} {v.label}" for sc, v in plan[keep:]]
+    guessed = sum(1 for _, known in priced[:keep] if not known)
+    all_s = sum(p[0] for p in priced)
+    # The estimate comes first, before anything runs.
+    head = (f"plan: {keep} of {len(plan)} rows, estimated {planned_s / 60:.0f} min ({pairs} pairs per row; start-up "
+            f"{startup:.1f} s a run; {keep - guessed} rows priced from past runs, {guessed} guessed at "
+            f"{GUESS_STEP_S} s a step)")
+    if skipped:
+        head += (f"; {len(skipped)} rows ({(all_s - planned_s) / 60:.0f} min more) left out by --budget-min "
+                 f"{args.budget_min:g}: {', '.join(skipped)}")
+    print(head, file=sys.stderr, flush=True)
     if args.list:
-        for sc, v in plan:
-            print(f"{sc.name:28s} {v.label:22s} {sc.mechanism:24s} expect {sc.expect or '(none)'} {' '.join(v.args)}")
+        for (sc, v), (est, known) in zip(plan, priced):
+            mark = "" if known else " (guess)"
+            left = "  [left out]" if f"{sc.name} {v.label}" in skipped else ""
+            print(f"{sc.name:28s} {v.label:22s} {sc.mechanism:24s} expect {sc.expect or '(none)':24s} "
+                  f"~{est / 60:4.1f} min{mark}{left} {' '.join(v.args)}")
         return 0
+    plan = plan[:keep]
 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    out_path = Path(args.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
     start = time.perf_counter()
@@ -548,6 +755,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{cpu_model()}, {os.cpu_count()} cores, "
                    f"native bf16: {native_bf16_cpu()}",
         "pairs": pairs, "quick": args.quick, "only": args.only or "",
+        "estimated_minutes": planned_s / 60, "budget_min": args.budget_min, "skipped_for_budget": skipped,
+        "startup_s": startup,
         "command": "python benchmarks/scenarios.py " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
 
@@ -565,16 +774,27 @@ def main(argv: list[str] | None = None) -> int:
     ) as progress:
         task = progress.add_task("scenarios", total=len(plan))
         try:
-            for sc, v in plan:
+            for i, (sc, v) in enumerate(plan):
+                elapsed = time.perf_counter() - start
+                pace = pace_so_far(rows, priced[:len(rows)])
+                if budget_s is not None and rows and elapsed + priced[i][0] * pace > budget_s:
+                    # The machine runs slower (or faster) than estimated: the budget holds at run
+                    # time too, at the pace the rows so far have shown.
+                    left = [f"{x.name} {y.label}" for x, y in plan[i:]]
+                    meta["skipped_for_budget"] = left + skipped
+                    progress.console.print(f"budget: {elapsed / 60:.0f} min spent at {pace:.1f}x the estimate; "
+                                           f"{len(left)} more rows left out: {', '.join(left)}")
+                    break
                 progress.update(task, description=f"{sc.name} {v.label}")
-                steps = sc.quick_steps if args.quick else sc.steps
+                steps = row_steps(sc)
                 row = measure_row(sc, v, pairs, steps, Path(tmp))
                 rows.append(row)
                 save(final=False)
                 progress.console.print(
                     f"{sc.name} {v.label}: top {row.top_finding}, est {row.est_speedup}, measured "
                     f"{row.measured_speedup and round(row.measured_speedup, 2)} (spread "
-                    f"{row.spread and round(row.spread, 2)}) {row.status} {row.error}")
+                    f"{row.spread and round(row.spread, 2)}) {row.status} {row.error} "
+                    f"[{row.seconds / 60:.1f} min, estimated {priced[i][0] / 60:.1f}]")
                 progress.advance(task)
         except KeyboardInterrupt:
             interrupted = True

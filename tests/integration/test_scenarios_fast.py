@@ -114,6 +114,51 @@ def test_judge_counts_a_wide_spread_as_a_miss():
     assert ok.estimate_within is True  # 2.9 / 2.0 = 1.45, inside 1.5x
 
 
+def test_priority_order_covers_every_mechanism_before_any_hog_row():
+    plan = [(sc, v) for sc in SCENARIOS for v in sc.variants]
+    ordered = driver.prioritized(plan)
+    def labels(rows):
+        return sorted((sc.name, v.label, v.args) for sc, v in rows)
+
+    assert labels(ordered) == labels(plan)  # the same rows, reordered
+    first_hog = next(i for i, (_, v) in enumerate(ordered) if v.hog)
+    assert {sc.mechanism for sc, _ in ordered[:first_hog]} == {sc.mechanism for sc in SCENARIOS}
+    # Mechanisms take turns: the first rows are all different mechanisms.
+    mechs = {sc.mechanism for sc in SCENARIOS}
+    assert len({sc.mechanism for sc, _ in ordered[:len(mechs)]}) == len(mechs)
+
+
+def test_budget_keeps_rows_in_order_until_one_does_not_fit():
+    plan = [(sc, sc.variants[0]) for sc in SCENARIOS[:4]]
+    assert driver.within_budget(plan, [60.0, 60.0, 30.0, 10.0], budget_s=130.0) == (2, 120.0)
+    assert driver.within_budget(plan, [60.0, 60.0, 30.0, 10.0], budget_s=None) == (4, 160.0)
+
+
+def test_pace_is_actual_over_estimated_seconds():
+    rows = [driver.Row("s", "v", "m", "m", 2, False, [], "median_step_s", 2, seconds=90.0)]
+    assert driver.pace_so_far(rows, [(60.0, True)]) == pytest.approx(1.5)
+    assert driver.pace_so_far([], []) == 1.0
+
+
+def test_runtime_estimate_from_a_past_run_and_the_steps_each_statistic_needs():
+    sc = next(s for s in SCENARIOS if s.statistic == "median_step_s" and s.steps > s.warmup + 20)
+    v = sc.variants[0]
+    assert driver.timing_steps(sc, sc.steps) == sc.warmup + driver.MEDIAN_MEASURED_STEPS
+    assert driver.warmup_steps(sc, sc.steps) < sc.steps
+    mean = next(s for s in SCENARIOS if s.statistic == "mean_step_s")
+    assert driver.timing_steps(mean, mean.steps) == mean.steps
+    compiled = next(s for s in SCENARIOS if s.warmup == 0)
+    assert driver.warmup_steps(compiled, compiled.steps) == compiled.steps  # its caches need the whole run
+    # A past row of 100 s over 2 pairs, all runs at 40 steps, 2 s start-up: 4 timed runs, the warm-up
+    # pair and the doctor's (two runs' worth), 8 runs (16 s), and 4 x 40 + 2 x 40 + 2 x 40 = 320 steps.
+    history = {(sc.name, v.label): driver.PastRow(100.0, 2, 40, 40, 40)}
+    est, known = driver.estimate_row_s(sc, v, 5, 40, history, startup_s=2.0)
+    runs, units = driver._row_units(5, 40, driver.timing_steps(sc, 40), driver.warmup_steps(sc, 40))
+    assert known and est == pytest.approx(runs * 2.0 + units * (100.0 - 8 * 2.0) / 320)
+    guess, known = driver.estimate_row_s(sc, v, 5, 40, {}, startup_s=2.0)
+    assert not known and guess == pytest.approx(runs * 2.0 + units * driver.GUESS_STEP_S)
+
+
 def _fast_cases():
     for s in SCENARIOS:
         if not s.fast:

@@ -4,7 +4,9 @@ The loop evaluates on the whole validation set (``model.eval()``, ``torch.no_gra
 ``--eval-every`` steps, as a script written for long epochs does when its epoch is short. The
 validation set is larger than five training batches, so most wall time goes to evaluation.
 
-``--fixed``: evaluation every ``--fixed-eval-every`` steps (beyond the run here).
+``--fixed``: evaluation every ``--fixed-eval-every`` steps (beyond the run here): the author's "rarely
+enough not to matter". The doctor names the interval at which evaluation is under 4.8 % of the wall
+time, where removing it altogether would gain under 1.05x: the two agree to within that.
 """
 
 from __future__ import annotations

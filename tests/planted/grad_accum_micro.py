@@ -5,7 +5,8 @@ optimizer step (a recipe for a GPU with little memory, run where memory is not t
 micro-batch pays the per-batch costs (loader fetch, dispatch of every op forward and backward) for
 two samples: the micro-batch, not the effective batch, is what is small.
 
-``--fixed``: one micro-batch of 64 per optimizer step (the same effective batch).
+``--fixed``: one micro-batch of 64 per optimizer step (the same effective batch): the change the
+doctor names too where memory does not limit it (all micro-batches merged; the learning rate stays).
 """
 
 from __future__ import annotations

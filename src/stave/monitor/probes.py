@@ -53,7 +53,7 @@ MAX_REPS = 50
 MAX_STARTUP_S = 2.0
 # Budget shares of the three probes (renormalized over those that run). The thread probe switches
 # thread pools, whose first calls after a switch are slow, so it gets as much as the bf16 probe.
-_SHARES = {"bf16": 0.45, "threads": 0.4, "overhead": 0.15}
+_SHARES = {"bf16": 0.45, "fp32": 0.45, "threads": 0.4, "overhead": 0.15}
 _SEED = 20240601
 # A shape's A/B pairs that differ by more than a quarter were disturbed: the same work timed back to
 # back varies by a few percent on a quiet core, so a larger spread means other load took the core.
@@ -191,12 +191,13 @@ class OwnShapesResult:
 
 
 def _own_shapes_probe(shapes: list[list[int]], device: torch.device, gen: torch.Generator,
-                      deadline: float) -> OwnShapesResult | None:
+                      deadline: float, low: torch.dtype = torch.bfloat16) -> OwnShapesResult | None:
     """Time each of the step's own GEMM shapes in fp32 and bf16 (interleaved) and combine them by
     their share of the step: ``sum(count x t_fp32) / sum(count x t_bf16)``.
 
     A shape whose pairs spread more than :data:`PROBE_SPREAD_MAX` is timed once more (the machine
     moved under it); if it spreads again the result is marked ``disturbed``, never silently used.
+    ``low=torch.float32`` times fp32 against itself: only the fp32 rate is wanted (no native bf16).
     """
     usable = [s for s in shapes if len(s) >= 5 and s[4] > 0 and _prod_elems(s) <= MAX_PROBE_ELEMENTS]
     if not usable:
@@ -209,7 +210,7 @@ def _own_shapes_probe(shapes: list[list[int]], device: torch.device, gen: torch.
         slice_end = time.perf_counter() + slice_s
 
         def make(_size: int, dims: list[int] = dims) -> Pair:
-            return _gemm(dims, torch.float32, device, gen), _gemm(dims, torch.bfloat16, device, gen)
+            return _gemm(dims, torch.float32, device, gen), _gemm(dims, low, device, gen)
 
         result = _interleaved_ratio((1,), make, device, slice_end)
         if result is not None and result.spread > PROBE_SPREAD_MAX:
@@ -290,6 +291,10 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
     planned = ["overhead"]
     if dev.is_cuda(device) or dev.cpu_has_native_bf16():
         planned.append("bf16")
+    elif gemm_shapes:
+        # No bf16 question to answer, but the fp32 rate of the step's own GEMMs still tells which
+        # share of forward/backward is arithmetic (SMALL_BATCH's op-bound test): time fp32 alone.
+        planned.append("fp32")
     if torch_threads > cores:
         planned.append("threads")
     total_share = sum(_SHARES[p] for p in planned)
@@ -302,7 +307,7 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
     spent_share = 0.0
     try:
         with torch.no_grad():
-            for name in ("bf16", "threads", "overhead"):
+            for name in ("bf16", "fp32", "threads", "overhead"):
                 if name not in planned:
                     continue
                 spent_share += _SHARES[name] / total_share
@@ -314,6 +319,9 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                     out.bf16_probe_shapes = own.shapes
                     out.bf16_probe_disturbed = own.disturbed
                     out.fp32_matmul_flops_per_s = own.fp32_flops_per_s
+                elif name == "fp32":
+                    rate = _own_shapes_probe(gemm_shapes or [], device, gen, deadline, low=torch.float32)
+                    out.fp32_matmul_flops_per_s = rate.fp32_flops_per_s if rate is not None else None
                 elif name == "bf16":
                     bf16 = _bf16_probe(device, gen, deadline)
                     if bf16 is not None:

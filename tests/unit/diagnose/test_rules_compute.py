@@ -9,13 +9,17 @@ from synth_records import (
     SCRIPT,
     TensorInfo,
     healthy_config,
+    healthy_loader,
     healthy_record,
     make_steps,
     run_all,
     run_rule,
     stack_profile,
+    worker,
 )
 
+from stave.analyze.step_inputs import PIN_COPY_BYTES_PER_S
+from stave.diagnose.rules import batch
 from stave.measure import ProbeResults
 
 
@@ -99,19 +103,41 @@ def tiny_steps():
                       samples=2)
 
 
+def _per_sample(k: float) -> float:
+    """Samples/s gain of tiny_steps() at a k-times batch: fixed 7.25 ms (optimizer 5 + dispatch
+    750 ops x 3 us) stays, the 5.75 ms of per-sample compute grows k-fold, the 1 ms wait
+    (prefetched batches, which the model does not explain) is kept as it is."""
+    return k * 14 / (7.25 + 5.75 * k + 1.0)
+
+
 def test_small_batch_from_fixed_costs():
     rec = healthy_record(steps=tiny_steps(), probes=probes())
     f = run_rule("SMALL_BATCH", rec)
     assert f is not None
-    # optimizer 5 ms + dispatch min(7 ms, 750 ops x 3 us) = 7.25 of 14 ms fixed.
     share = 7.25 / 14
     assert f.evidence["fixed_share"] == pytest.approx(share, rel=0.01)
-    # The step model: fixed 7.25 ms stays, the 5.75 ms of per-sample compute grows 4x, and the 1 ms
-    # wait (prefetched batches, which the model does not explain) is kept as it is; per sample.
-    assert f.est_speedup == pytest.approx(4 * 14 / (7.25 + 5.75 * 4 + 1.0), rel=0.02)
-    assert f.est_speedup > 1 / (share / 4 + 1 - share)  # the data wait is not per sample
-    assert "batch_size=128" in f.fix and "lr = base_lr * 4" in f.fix
-    assert f.evidence["model_inputs_changed"] == {"batch_scale": [1, 4]}
+    # The batch named: doubled while a doubling still gains 5%, and no further.
+    k = f.evidence["batch_growth"]
+    assert _per_sample(k) / _per_sample(k / 2) >= 1.05
+    assert _per_sample(2 * k) / _per_sample(k) < 1.05
+    assert f.est_speedup == pytest.approx(_per_sample(k), rel=0.02)
+    assert f.est_speedup > 1 / (share / k + 1 - share)  # the data wait is not per sample
+    assert f"batch_size={32 * k}" in f.fix and f"lr = base_lr * {k}" in f.fix
+    assert f.evidence["model_inputs_changed"] == {"batch_scale": [1, k]}
+
+
+def test_small_batch_never_names_a_batch_beyond_linear_lr_scaling():
+    # All fixed and no loading to wait for: per-sample time keeps falling, but the batch grows at
+    # most SMALL_BATCH_MAX_GROWTH times and to at most LARGE_BATCH_MAX samples.
+    def growth(samples: int) -> int:
+        steps = make_steps(lambda i: {"data_wait": 0.0, "forward": 0.01, "backward": 0.01, "optimizer": 9.0,
+                                      "other": 0.01}, samples=samples)
+        f = run_rule("SMALL_BATCH", healthy_record(steps=steps, probes=probes(), workers=[]))
+        assert f is not None and f.est_speedup <= f.evidence["batch_growth"]
+        return f.evidence["batch_growth"]
+
+    assert growth(2) == batch.SMALL_BATCH_MAX_GROWTH
+    assert 1024 * growth(1024) <= batch.LARGE_BATCH_MAX < 1024 * 2 * growth(1024)
 
 
 def test_small_batch_with_accumulation_prices_the_micro_batch():
@@ -122,10 +148,45 @@ def test_small_batch_with_accumulation_prices_the_micro_batch():
     f = run_rule("SMALL_BATCH", healthy_record(steps=steps, probes=probes()))
     assert f is not None
     assert f.evidence["micro_batches_per_step"] == 4
+    # All micro-batches merged: same samples per step and learning rate, so nothing argues for less.
+    assert f.evidence["batch_growth"] == 4
     assert "accumulation_steps = 1" in f.fix and "lr = base_lr" not in f.fix
     # Same samples per step: only the dispatch (2.25 ms) shrinks 4x; the optimizer stays. The bare
     # saving is the bound; the loader's CPU over a shorter step then competes a little more.
     assert 1.05 < f.est_speedup <= 14 / (14 - 2.25 * 0.75) + 1e-3
+
+
+def test_small_batch_accumulation_merges_only_whole_micro_batches():
+    steps = tiny_steps()
+    for s in steps:
+        s.backward_calls = 6
+        s.samples = 12
+    rec = healthy_record(steps=steps, probes=probes())
+    f = run_rule("SMALL_BATCH", rec)
+    assert f is not None and f.evidence["batch_growth"] == 6
+    # Where GPU memory holds only a 4x micro-batch, the largest divisor of 6 within it is 3.
+    rec.config = dataclasses.replace(rec.config, device_type="cuda", device_total_memory_bytes=int(4.5e9))
+    rec.host = [dataclasses.replace(h, cuda_peak_bytes=int(1e9)) for h in rec.host]
+    g = run_rule("SMALL_BATCH", rec)
+    assert g is not None and g.evidence["batch_growth"] == 3
+
+
+def test_small_batch_main_process_collate_is_paid_per_batch():
+    # 2 samples per step loaded in the main process; collate takes 30 us per sample (60 us a call),
+    # of which one microsecond per sample and the copy of the batch's bytes grow with the batch.
+    steps = make_steps(lambda i: {"data_wait": 0.2, "forward": 0.1, "backward": 0.1, "optimizer": 0.4, "other": 0.05},
+                       samples=2)
+    stages = {"load": (20.0, 20.0), "collate": (30.0, 30.0)}
+    loader = healthy_loader(num_workers=0, persistent_workers=False, prefetch_factor=None, batch_size=2)
+    small = [TensorInfo("batch[0]", "float32", [2, 32], "cpu", 256)]
+    rec = healthy_record(steps=steps, probes=probes(), config=healthy_config(loaders=[loader], batch=small),
+                         workers=[worker(-1, 2 * 40, 50.0, 50.0, stages=stages)])
+    f = run_rule("SMALL_BATCH", rec)
+    assert f is not None
+    per_call = 60e-6 - 2 * batch.COLLATE_S_PER_SAMPLE - 256 / PIN_COPY_BYTES_PER_S
+    assert f.evidence["collate_per_batch_s"] == pytest.approx(per_call, rel=0.01)
+    # The wait beyond loading and collating (200 - 40 - 60 us) is the fetch's own per-batch overhead.
+    assert f.evidence["loader_overhead_s"] == pytest.approx(100e-6, rel=0.05)
 
 
 def test_small_batch_counts_op_bound_compute_as_fixed():
@@ -137,11 +198,28 @@ def test_small_batch_counts_op_bound_compute_as_fixed():
     # 3 MFLOP at 1e11 FLOP/s is 0.03 ms of 7 ms forward+backward, and 750 ops average 9.3 us (under
     # ten 3-us dispatches): the compute is per-op overhead, fixed per step.
     f = run_rule("SMALL_BATCH", rec_with(1e6, 2e6))
-    assert f.evidence["fixed_share"] == pytest.approx((5.0 + 7.0 - 0.03) / 14, rel=0.01)
+    # The loss and bookkeeping between the phases (1 ms of "other", no FLOPs) work on the outputs of
+    # an op-bound model: fixed too.
+    assert f.evidence["other_s"] == pytest.approx(1e-3, rel=0.01)
+    assert f.evidence["fixed_share"] == pytest.approx((5.0 + 7.0 - 0.03 + 1.0) / 14, rel=0.01)
     # 300 MFLOP is 3 ms, 43% of the compute: the data does the work; only the bare dispatch is fixed.
     g = run_rule("SMALL_BATCH", rec_with(1e8, 2e8))
     assert g.evidence["fixed_share"] == pytest.approx(7.25 / 14, rel=0.01)
+    assert "other_s" not in g.evidence
     assert f.est_speedup > g.est_speedup
+
+
+def test_small_batch_op_bound_without_a_flop_rate_uses_the_floor():
+    # No fp32 rate measured: the FLOPs are timed at MIN_FLOPS_PER_S, which overstates them.
+    def rec_with(flops: float):
+        rec = healthy_record(steps=tiny_steps(), probes=probes())
+        rec.config = dataclasses.replace(rec.config, flops_by_phase={"forward": flops, "backward": flops})
+        return rec
+
+    tiny = run_rule("SMALL_BATCH", rec_with(1e4))  # 20 kFLOP: 10 us at the floor, op-bound
+    assert tiny.evidence["dispatch_s"] == pytest.approx(7e-3 - 2e4 / batch.MIN_FLOPS_PER_S, rel=1e-3)
+    real = run_rule("SMALL_BATCH", rec_with(1e6))  # 2 MFLOP: 1 ms at the floor, 14% of 7 ms: not shown op-bound
+    assert real.evidence["dispatch_s"] == pytest.approx(750 * 3e-6, rel=1e-3)
 
 
 def test_small_batch_never_from_batch_size_alone():

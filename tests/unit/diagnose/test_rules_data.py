@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 from synth_records import (
@@ -17,6 +18,8 @@ from synth_records import (
     run_rule,
     worker,
 )
+
+from stave.diagnose.rules import data
 
 PER_WORKER = STEPS * BATCH // 2
 
@@ -51,6 +54,25 @@ def test_io_bound_fires_with_more_workers_and_evidence():
     assert 1.5 < f.est_speedup <= 2.5 + 1e-6
     assert f.severity == "critical"
     assert run_rule("DATA_CPU_BOUND", io_record()) is None
+
+
+def test_io_bound_names_the_workers_that_keep_up_bounded_by_memory_not_cores():
+    # 12.5 ms a sample: 400 ms of blocked loading per batch against 40 ms of compute, so 10 workers
+    # plus a spare keep up: more than 4 per core. Blocked workers use no CPU, so the cores do not
+    # bound them; the memory does: the job holds 1 GB per process (3 GB over 3) and 24 GB are free.
+    rec = io_record(wall_us=12500.0)
+    rec.host = [dataclasses.replace(h, rss_bytes=3 * 2**30, mem_available_bytes=24 * 2**30) for h in rec.host]
+    f = run_rule("DATA_IO_BOUND", rec)
+    assert f is not None
+    assert f.evidence["workers_limit"] == 2 + math.floor(24 * data.IO_WORKERS_MEMORY_SHARE)
+    assert f.evidence["suggested_workers"] == math.ceil(400 / 40) + data.WORKER_SPARE
+    assert f.evidence["suggested_workers"] > data.IO_WORKERS_PER_CORE * 2
+    # Little free memory (2 GB, half of it for one more 1-GB worker): no more workers than it holds.
+    rec.host = [dataclasses.replace(h, mem_available_bytes=2 * 2**30) for h in rec.host]
+    assert run_rule("DATA_IO_BOUND", rec).evidence["suggested_workers"] == 3
+    # Without memory counters the per-core fallback holds.
+    rec.host = [dataclasses.replace(h, rss_bytes=None, mem_available_bytes=None) for h in rec.host]
+    assert run_rule("DATA_IO_BOUND", rec).evidence["workers_limit"] == data.IO_WORKERS_PER_CORE * 2
 
 
 def test_io_bound_not_claimed_when_off_cpu_time_is_queueing_for_a_core():

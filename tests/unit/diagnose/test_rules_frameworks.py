@@ -135,8 +135,24 @@ def test_eval_overhead_from_the_wall_share():
     assert f is not None
     share = summary.eval_share
     assert 0.3 < share < 0.5
-    assert f.est_speedup == pytest.approx(1 / (1 - share / 2), rel=1e-3)
+    # Every 2nd step evaluates; the interval named is where evaluation is at most the target share
+    # of the wall (from the 1-2-5 series), and the estimate prices exactly that interval.
+    every = f.evidence["eval_interval_steps_after"]
+    assert f.evidence["eval_interval_steps"] == pytest.approx(2.0)
+    r = every / 2.0
+    assert (share / r) / (1 - share + share / r) <= evaluation.EVAL_TARGET_SHARE
+    assert f"step % {every} == 0" in f.fix
+    assert f.est_speedup == pytest.approx(1 / (1 - share * (1 - 1 / r)), rel=1e-3)
+    # Removing evaluation altogether would gain at most REPORT_MIN_SPEEDUP more than the named interval.
+    assert 1 / (1 - share) / f.est_speedup < 1.05 + 1e-9
     assert run_rule("EVAL_OVERHEAD", healthy_record()) is None
+
+
+def test_eval_interval_from_the_1_2_5_series():
+    assert [evaluation.nice_at_least(v) for v in (0.5, 1, 3, 5, 7, 11, 200, 201, 999)] == \
+        [1, 1, 5, 5, 10, 20, 200, 500, 1000]
+    # A small share needs a small stretch; a large one a large stretch.
+    assert evaluation.target_interval(0.25, 10) < evaluation.target_interval(0.8, 10)
 
 
 # --- attention -------------------------------------------------------------------------------------

@@ -137,6 +137,16 @@ def test_bf16_probe_times_the_steps_own_gemm_shapes(monkeypatch) -> None:
     assert isinstance(result.bf16_probe_disturbed, bool)
 
 
+def test_without_native_bf16_the_own_shapes_still_give_the_fp32_rate(monkeypatch) -> None:
+    # No bf16 question on this CPU, but the step's GEMM shapes are known: their fp32 rate is measured
+    # (SMALL_BATCH's op-bound test reads it) and no bf16 figure is made up.
+    monkeypatch.setattr(dev, "cpu_has_native_bf16", lambda: False)
+    shapes = [[1, 64, 32, 48, 2 * 64 * 32 * 48 * 10]]
+    result = run_probes(torch.get_num_threads(), "cpu", budget_s=1.0, gemm_shapes=shapes)
+    assert result.fp32_matmul_flops_per_s is not None and result.fp32_matmul_flops_per_s > 0
+    assert result.bf16_speedup is None and result.bf16_probe_source == "generic"
+
+
 def test_a_disturbed_shape_is_repeated_then_marked(monkeypatch) -> None:
     calls: list[float] = []
 

@@ -33,12 +33,26 @@ UINT8_STAGES = frozenset({"load", "Resize", "RandomResizedCrop", "CenterCrop", "
 FLOAT32_TO_UINT8_BYTES = 4.0
 # Image batches copied as float32 are only worth a finding when the copy is this share of the step.
 H2D_MIN_SHARE = 0.05
-# The batch growth the estimate assumes: the usual first step up, well inside the range where the
-# linear learning-rate scaling rule is known to hold (Goyal et al. 2017 go to 32x).
-SMALL_BATCH_GROWTH = 4
 # A third of the step fixed: a 4x batch then buys at least 1.33x, enough to pay for retuning the
-# learning rate (and the convergence risk) a 4x batch brings; below it the change is not worth that.
+# learning rate (and the convergence risk) a larger batch brings; below it the change is not worth that.
 SMALL_BATCH_MIN_FIXED_SHARE = 1 / 3
+# Linear learning-rate scaling with warm-up is known to hold up to this batch (Goyal et al. 2017,
+# ImageNet at 8k); beyond it other changes (LARS, LAMB) are needed, so the fix never names more.
+LARGE_BATCH_MAX = 8192
+# The same work validated the rule over a 32x range of batches (256 to 8192), and one measured batch
+# size supports the step model's linear extrapolation no further: per-sample costs it cannot show
+# (cache misses of larger activations) grow with the batch, and fixed costs inflated by other load
+# would otherwise promise absurd gains. A finding asks for at most this growth; the next run of the
+# doctor measures the new batch.
+SMALL_BATCH_MAX_GROWTH = 32
+# One core of any CPU does at least this many fp32 FLOP/s in a matmul (scalar code at 1 GHz, one
+# fused multiply-add a cycle). Without the probe's rate the op-bound test uses it: the FLOPs' time is
+# then overstated, which can only make the test stricter.
+MIN_FLOPS_PER_S = 2e9
+# default_collate's per-sample work beyond copying the bytes: one zip entry and one stacked element
+# per field, about a microsecond; the rest of a collate call (walking the structure, allocating each
+# batch tensor) is paid once per batch, whatever its size.
+COLLATE_S_PER_SAMPLE = 1e-6
 # Forward and backward count as per-op overhead (fixed per step) when the counted FLOPs at the
 # probe's matmul rate explain under a tenth of their time and the mean op costs at most ten bare
 # dispatches (dispatch, autograd node, module call and the backward counterpart are a few): work
@@ -160,8 +174,25 @@ def batch_dtype(inp: DoctorInput) -> Finding | None:
     )
 
 
+def _op_bound(inp: DoctorInput, compute_s: float, ops: int, overhead_ns: float) -> float | None:
+    """Seconds of forward+backward that are per-op overhead when the ops are too small for their size
+    to matter (all but the FLOPs' time); ``None`` when the FLOPs or the op cost say the data does work."""
+    cfg = inp.record.config
+    rate = inp.record.probes.fp32_matmul_flops_per_s or MIN_FLOPS_PER_S
+    flops = cfg.flops_by_phase.get("forward", 0) + cfg.flops_by_phase.get("backward", 0)
+    flop_s = flops / rate
+    if compute_s <= 0 or ops <= 0:
+        return None
+    if flop_s < OP_BOUND_MAX_FLOP_SHARE * compute_s and compute_s / ops <= OP_BOUND_MAX_DISPATCHES * overhead_ns / 1e9:
+        return compute_s - flop_s
+    return None
+
+
 def _fixed_costs_s(inp: DoctorInput) -> tuple[float, dict[str, float]]:
-    """Seconds per median step that do not grow with the batch, by source."""
+    """Seconds per median step that do not grow with the batch, by source.
+
+    With gradient accumulation all but the optimizer are paid per micro-batch (summed over them).
+    """
     record, summary = inp.record, inp.summary
     cfg = record.config
     parts: dict[str, float] = {"optimizer_s": phase_s(summary, "optimizer")}
@@ -173,21 +204,27 @@ def _fixed_costs_s(inp: DoctorInput) -> tuple[float, dict[str, float]]:
     if overhead is not None and ops:
         # Each op pays a fixed dispatch cost whatever its size; it cannot exceed the phases it is in.
         parts["dispatch_s"] = min(compute, ops * overhead / 1e9)
-        rate = record.probes.fp32_matmul_flops_per_s
-        flops = cfg.flops_by_phase.get("forward", 0) + cfg.flops_by_phase.get("backward", 0)
-        if rate and compute > 0:
-            flop_s = flops / rate
-            per_op_s = compute / ops
-            if flop_s < OP_BOUND_MAX_FLOP_SHARE * compute and per_op_s <= OP_BOUND_MAX_DISPATCHES * overhead / 1e9:
-                # Ops too small for their size to matter: beyond the bare dispatch, each pays its
-                # autograd node and Python module call, none of which grows with the batch.
-                parts["dispatch_s"] = max(parts["dispatch_s"], compute - flop_s)
+        op_bound = _op_bound(inp, compute, ops, overhead)
+        if op_bound is not None:
+            # Ops too small for their size to matter: beyond the bare dispatch, each pays its
+            # autograd node and Python module call, none of which grows with the batch.
+            parts["dispatch_s"] = max(parts["dispatch_s"], op_bound)
+            if not cfg.flops_by_phase.get("other", 0):
+                # The loss and bookkeeping between the phases work on the outputs of a model whose own
+                # ops were just shown to be per-op overhead: no larger tensors, so no more work per sample.
+                parts["other_s"] = phase_s(summary, "other")
     pipe = summarize_pipeline(record)
     if pipe is not None and pipe.in_main_process:
-        # The part of the wait beyond the samples' own loading: sampler, fetch and collate overhead.
+        n = summary.samples_per_step
+        getitem = sum(s.wall_s_per_sample for s in pipe.stages if s.name != "collate") * n
+        collate = sum(s.wall_s_per_sample for s in pipe.stages if s.name == "collate") * n
+        # A collate call copies each sample's bytes and handles each element; the rest is per call.
+        batch_bytes = sum(t.nbytes for t in cfg.batch) * _accumulation(record)
+        per_sample = n * COLLATE_S_PER_SAMPLE + batch_bytes / PIN_COPY_BYTES_PER_S
+        parts["collate_per_batch_s"] = max(0.0, collate - per_sample)
+        # The part of the wait beyond the samples' own loading and collation: sampler and fetch overhead.
         wait = summary.phase_median_s.get("data_wait", 0.0)
-        getitem = sum(s.wall_s_per_sample for s in pipe.stages if s.name != "collate")
-        parts["loader_overhead_s"] = max(0.0, wait - getitem * summary.samples_per_step)
+        parts["loader_overhead_s"] = max(0.0, wait - getitem - collate)
     return sum(parts.values()), parts
 
 
@@ -197,15 +234,64 @@ def _accumulation(record) -> int:
     return calls[len(calls) // 2] if calls else 1
 
 
-def _growth_limit(inp: DoctorInput) -> int:
-    """How many times the batch may grow: :data:`SMALL_BATCH_GROWTH`, or less where GPU memory ends."""
+def _growth_limit(inp: DoctorInput, batch: int) -> int:
+    """How many times the batch may grow: :data:`SMALL_BATCH_MAX_GROWTH`, up to :data:`LARGE_BATCH_MAX`
+    samples, less where GPU memory ends."""
     record = inp.record
+    limit = max(1, min(SMALL_BATCH_MAX_GROWTH, LARGE_BATCH_MAX // max(batch, 1)))
     total = record.config.device_total_memory_bytes
     peaks = [s.cuda_peak_bytes for s in record.host if s.cuda_peak_bytes is not None]
     if is_gpu(record) and total and peaks and max(peaks) > 0:
         # The whole peak (weights and optimizer state included) scaled: conservative on purpose.
-        return max(1, min(SMALL_BATCH_GROWTH, math.floor(total * GPU_MEMORY_USABLE_SHARE / max(peaks))))
-    return SMALL_BATCH_GROWTH
+        limit = min(limit, math.floor(total * GPU_MEMORY_USABLE_SHARE / max(peaks)))
+    return max(1, limit)
+
+
+def _batch_fix(before: StepInputs, parts: dict[str, float], growth: int, accum: int) -> StepInputs:
+    """The inputs with each batch (micro-batch under accumulation) ``growth`` times larger.
+
+    Without accumulation the step carries ``growth`` times the samples (``batch_scale``): its fixed
+    seconds stay and the loader's per-batch overhead stays per batch. With it the samples per step
+    stay and what is paid per micro-batch (dispatch, the loss between phases, the loader's per-batch
+    overhead) is paid ``growth`` times less often.
+    """
+    if accum < 2:
+        return before.changed(batch_scale=float(growth), load_extra_s=before.load_extra_s / growth)
+    keep = 1.0 / growth
+    phases = dict(before.phases_s)
+    fb = phases.get("forward", 0.0) + phases.get("backward", 0.0)
+    dispatch = parts.get("dispatch_s", 0.0)
+    for p in ("forward", "backward"):
+        if fb > 0:
+            phases[p] = phases.get(p, 0.0) - dispatch * (1 - keep) * phases.get(p, 0.0) / fb
+    phases["other"] = phases.get("other", 0.0) - parts.get("other_s", 0.0) * (1 - keep)
+    return before.changed(phases_s=phases, load_extra_s=before.load_extra_s * keep)
+
+
+def _target_growth(before: StepInputs, parts: dict[str, float], limit: int, accum: int,
+                   measured_s: float) -> tuple[int, float]:
+    """The batch growth the fix names and its estimate.
+
+    Under accumulation: the largest merge of micro-batches within ``limit`` that divides their
+    count; the samples per step and the learning rate stay, so nothing argues for a smaller one
+    (accumulation exists for memory, which ``limit`` accounts for). Otherwise the batch is doubled
+    while the model predicts a doubling still gains :data:`REPORT_MIN_SPEEDUP` (beyond, per-sample
+    time has stopped falling by more than a user could confirm), within ``limit``: each doubling
+    is a learning-rate change to retune, worth making only for a gain one can see.
+    """
+    def price(k: int) -> float:
+        return estimate(before, _batch_fix(before, parts, k, accum), measured_s)
+
+    if accum >= 2:
+        growth = max(k for k in range(1, min(limit, accum) + 1) if accum % k == 0)
+        return growth, price(growth) if growth > 1 else 1.0
+    growth, est = 1, 1.0
+    while 2 * growth <= limit:
+        nxt = price(2 * growth)
+        if growth > 1 and nxt / est < REPORT_MIN_SPEEDUP:
+            break
+        growth, est = 2 * growth, nxt
+    return growth, est
 
 
 @rule("SMALL_BATCH", kind="doctor")
@@ -217,39 +303,29 @@ def small_batch(inp: DoctorInput) -> Finding | None:
         return None
     fixed_s, parts = _fixed_costs_s(inp)
     share = min(1.0, fixed_s / t)
-    growth = _growth_limit(inp)
     accum = _accumulation(record)
-    if accum >= 2:
-        # Gradient accumulation: the fixed cost that matters is paid per micro-batch; merging
-        # micro-batches keeps the effective batch (and the learning rate) as it is.
-        growth = min(growth, accum)
-    if share < SMALL_BATCH_MIN_FIXED_SHARE or growth < 2:
+    batch = round(summary.samples_per_step)
+    micro = max(1, batch // max(accum, 1))
+    # Gradient accumulation: the fixed cost that matters is paid per micro-batch; merging
+    # micro-batches keeps the effective batch (and the learning rate) as it is.
+    limit = min(_growth_limit(inp, micro), accum) if accum >= 2 else _growth_limit(inp, batch)
+    if share < SMALL_BATCH_MIN_FIXED_SHARE or limit < 2:
         return None
     model = step_inputs(record, summary)
     if model is None:
         return None
-    loader_fixed = parts.get("loader_overhead_s", 0.0)
-    before = model.changed(fixed_s=max(0.0, fixed_s - loader_fixed))
-    if accum >= 2:
-        # Same samples per step, fewer micro-batches: the per-micro-batch dispatch shrinks by `growth`.
-        dispatch = parts.get("dispatch_s", 0.0)
-        phases = dict(before.phases_s)
-        fb = phases.get("forward", 0.0) + phases.get("backward", 0.0)
-        for p in ("forward", "backward"):
-            if fb > 0:
-                phases[p] = phases.get(p, 0.0) - dispatch * (1 - 1 / growth) * phases.get(p, 0.0) / fb
-        after = before.changed(phases_s=phases, load_extra_s=before.load_extra_s)
-    else:
-        # The loader's per-batch overhead stays per batch; everything else per sample grows with it.
-        after = before.changed(batch_scale=float(growth), load_extra_s=before.load_extra_s / growth)
-    est = estimate(before, after, summary.step_time_mean_s)
-    if est < REPORT_MIN_SPEEDUP:
+    # Main-process loading: the per-call part of collation moves from the per-sample loading to the
+    # per-batch overhead, so a larger batch pays it once.
+    moved = min(model.load_cpu_s, parts.get("collate_per_batch_s", 0.0)) if model.workers == 0 else 0.0
+    fixed_compute = fixed_s - parts.get("loader_overhead_s", 0.0) - parts.get("collate_per_batch_s", 0.0)
+    before = model.changed(fixed_s=max(0.0, fixed_compute), load_cpu_s=model.load_cpu_s - moved,
+                           load_extra_s=model.load_extra_s + moved)
+    growth, est = _target_growth(before, parts, limit, accum, summary.step_time_mean_s)
+    if growth < 2 or est < REPORT_MIN_SPEEDUP:
         return None
-    batch = round(summary.samples_per_step)
     loader = main_loader(record)
     lines = []
     if accum >= 2:
-        micro = batch // accum
         lines.append(f"# {accum} micro-batches of {micro} per optimizer step: use {accum // growth} of {micro * growth}")
         if loader is not None and loader.batch_size:
             lines.append(dataloader_call(loader, batch_size=loader.batch_size * growth))
@@ -270,25 +346,28 @@ def small_batch(inp: DoctorInput) -> Finding | None:
     evidence = {
         "samples_per_step": summary.samples_per_step,
         "micro_batches_per_step": accum,
-        "model_inputs_changed": ({"micro_batch": [batch // max(accum, 1), batch // max(accum, 1) * growth]}
+        "model_inputs_changed": ({"micro_batch": [micro, micro * growth]}
                                  if accum >= 2 else {"batch_scale": [1, growth]}),
         "step_time_s": t,
         "fixed_s_per_step": fixed_s,
         "fixed_share": share,
         "batch_growth": growth,
+        "batch_growth_limit": limit,
         "aten_ops_per_step": record.config.aten_ops_per_step,
         "op_overhead_ns": record.probes.op_overhead_ns,
         **parts,
     }
+    unit, size = ("micro-batch", micro) if accum >= 2 else ("batch", batch)
     return make_finding(
         "SMALL_BATCH",
         est,
-        f"{share:.0%} of each step is fixed cost that does not grow with the batch of {batch}",
+        f"{share:.0%} of each step is fixed cost that does not grow with the {unit} of {size}",
         evidence,
         "\n".join(lines),
         explanation=(
             "The optimizer update, per-op dispatch and per-batch loader overhead cost the same for 1 "
-            f"sample or {batch * growth}. Estimate: samples/s with a {growth}x batch, "
-            "1 / (fixed_share / k + 1 - fixed_share)."
+            f"sample or {size * growth}. The {unit} named is where the step "
+            f"model predicts a further doubling gains under {REPORT_MIN_SPEEDUP:.2f}x (per-sample time "
+            f"has stopped falling); estimate: samples/s at that {unit}, the step model before over after."
         ),
     )

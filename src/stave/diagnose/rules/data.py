@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from stave.analyze.host import summarize_host
+from stave.analyze.host import HostSummary, summarize_host
 from stave.analyze.loading import LoadingBound, loading_bound
 from stave.analyze.pipeline import StageCost
 from stave.analyze.step_inputs import step_inputs
@@ -28,8 +28,14 @@ DATA_WAIT_MIN_SHARE = 0.10
 # Loading is I/O-bound when more than half of it is spent blocked: the worker waits on storage
 # more than it computes, so more CPU would not help but more requests in flight would.
 BLOCKED_MIN_SHARE = 0.5
-# A worker blocked on storage uses no CPU, so up to this many per core overlap more requests;
-# beyond it each extra worker mostly costs memory (its own dataset copy and prefetch buffers).
+# A worker blocked on storage uses no CPU (the step model prices the CPU its loading does use), so
+# the cores do not bound how many reads may be in flight; memory does. A forked worker needs at most
+# what the process it copies holds (copy-on-write pages stay shared until written), so the job's
+# resident memory per process bounds each extra worker's; this share of the memory left free is
+# theirs to take, the rest stays for the page cache and the system.
+IO_WORKERS_MEMORY_SHARE = 0.5
+# Without memory counters, this many workers per usable core: a bound that keeps the extra workers'
+# memory near what the job already holds on a typical machine (a few GB per core).
 IO_WORKERS_PER_CORE = 4
 # One worker beyond the break-even count absorbs batch-to-batch jitter, which otherwise surfaces
 # as wait whenever one batch is slower than the compute it hides behind.
@@ -77,6 +83,17 @@ def _bound(inp: DoctorInput) -> LoadingBound | None:
     return lb
 
 
+def _io_workers_limit(lb: LoadingBound, host: HostSummary) -> int:
+    """The most loader workers the fix may name for blocked reads: as many as half the free memory
+    holds at the job's resident memory per process (an upper bound of a forked worker's own), or
+    :data:`IO_WORKERS_PER_CORE` per usable core where the memory counters are absent."""
+    if host.rss_peak_bytes and host.mem_available_min_bytes:
+        per_process = host.rss_peak_bytes / (1 + lb.workers)
+        extra = math.floor(host.mem_available_min_bytes * IO_WORKERS_MEMORY_SHARE / max(per_process, 1.0))
+        return max(lb.workers, lb.workers + extra)
+    return IO_WORKERS_PER_CORE * lb.cores
+
+
 @rule("DATA_IO_BOUND", kind="doctor")
 def data_io_bound(inp: DoctorInput) -> Finding | None:
     """The step waits for data while the loading is mostly blocked on reads."""
@@ -85,7 +102,7 @@ def data_io_bound(inp: DoctorInput) -> Finding | None:
         return None
     pipe = lb.pipeline
     host = summarize_host(inp.record)
-    most = IO_WORKERS_PER_CORE * lb.cores
+    most = _io_workers_limit(lb, host)
     workers = min(max(_needed_workers(lb), lb.workers + 1), most)
     evidence = _common_evidence(lb)
     evidence.update(
@@ -96,6 +113,7 @@ def data_io_bound(inp: DoctorInput) -> Finding | None:
             "storage_read_bytes_per_sample": pipe.read_bytes_per_sample,
             "iowait_pct": host.iowait_pct,
             "disk_read_bytes_per_s": host.disk_read_bytes_per_s,
+            "workers_limit": most,
         }
     )
     pack = (
