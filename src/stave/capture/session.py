@@ -278,6 +278,9 @@ class DoctorSession:
         self.config.sdpa_calls = self.attention.calls
         self.config.sdpa_inputs = dict(self.attention.first_inputs)
         self.loop.uninstall()
+        if self.loop.pad_evidence is not None:
+            self.config.pad_token_id = self.loop.pad_evidence.pad_id
+            self.config.pad_token_source = self.loop.pad_evidence.source
         for attachment in self.attachments:
             attachment.uninstall()
         self.loader.shutdown_workers()

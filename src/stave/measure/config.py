@@ -111,6 +111,10 @@ class ConfigSnapshot:
     sdpa_inputs: dict[str, str] = field(default_factory=dict)
     # The Hugging Face model's attention implementation ("eager", "sdpa", "flash_attention_2", ...).
     attn_implementation: str | None = None
+    # The pad id real tokens were counted with when the batch had no attention mask, and its
+    # evidence ("config.pad_token_id", "embedding.padding_idx", "loss.ignore_index", "row tails").
+    pad_token_id: int | None = None
+    pad_token_source: str | None = None
     # The framework whose loop called optimizer.step(): "lightning", "hf_trainer", "accelerate",
     # "timm", or None (a plain PyTorch loop); its package version and switch names (frameworks.py).
     framework: str | None = None
