@@ -4,8 +4,16 @@ Rules write their fix as plain PyTorch code. When the record says a framework dr
 (``ConfigSnapshot.framework``, read by ``capture/frameworks.py``), the fix is the switch that
 framework offers: :data:`FIXES` maps ``(finding ID, framework)`` to that text, and
 :func:`apply_framework_fixes` swaps it in once, after every rule has run. Templates may name
-``{workers}`` (the rule's suggested loader workers) and ``{group_by_length}`` (the
-``TrainingArguments`` switch of the installed transformers).
+``{workers}`` (the rule's suggested loader workers), ``{larger_batch}`` (SMALL_BATCH's grown batch)
+and ``{group_by_length}`` (the ``TrainingArguments`` switch of the installed transformers).
+
+Every switch was checked against its source: timm's ``train.py`` argparse flags at
+huggingface/pytorch-image-models commit aa4b5850c1543fa488abf260f18390eda46cf85d (``--amp``,
+``--amp-dtype bfloat16``, ``-j/--workers``, ``--pin-mem``, ``--torchcompile``, ``--opt``,
+``--opt-kwargs key=value``, ``-b/--batch-size`` (the lr follows it from ``--lr-base`` unless ``--lr`` is set), ``--grad-accum-steps``, ``--val-interval``), and
+the keyword arguments of Lightning's ``Trainer``, transformers' ``TrainingArguments`` and
+accelerate's ``Accelerator`` against the installed packages (tests/unit/diagnose/
+test_framework_switches.py pins both).
 """
 
 from __future__ import annotations
@@ -55,7 +63,7 @@ FIXES: dict[tuple[str, str], str] = {
     ("SMALL_BATCH", "lightning"): "trainer = L.Trainer(..., accumulate_grad_batches=4)  # or a larger batch_size in the DataLoader",
     ("SMALL_BATCH", "hf_trainer"): "args = TrainingArguments(..., per_device_train_batch_size=4 * bs)  # or gradient_accumulation_steps=4 when memory is short",
     ("SMALL_BATCH", "accelerate"): "accelerator = Accelerator(gradient_accumulation_steps=4)  # and `with accelerator.accumulate(model):` in the loop",
-    ("SMALL_BATCH", "timm"): "python train.py ... --batch-size 4x  # or --grad-accum-steps 4",
+    ("SMALL_BATCH", "timm"): "python train.py ... --batch-size {larger_batch}  # without --lr, timm scales it from --lr-base to the new batch",
     # --- padding ---
     ("PADDING_WASTE", "hf_trainer"): (
         "args = TrainingArguments(..., {group_by_length})  # batches of similar length\n"
@@ -74,6 +82,7 @@ FIXES: dict[tuple[str, str], str] = {
     ("ATTENTION_EAGER", "hf_trainer"): 'model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="sdpa")  # before Trainer(model, ...)',
     # --- evaluation ---
     ("EVAL_OVERHEAD", "lightning"): "trainer = L.Trainer(..., val_check_interval=1000, limit_val_batches=0.25)",
+    ("EVAL_OVERHEAD", "timm"): "python train.py ... --val-interval 5  # validate every 5 epochs, not after each",
     ("EVAL_OVERHEAD", "hf_trainer"): 'args = TrainingArguments(..., eval_strategy="steps", eval_steps=1000)  # fewer evaluations',
 }
 
@@ -101,6 +110,9 @@ def framework_fix(finding: Finding, config: ConfigSnapshot) -> str | None:
         return None
     workers = finding.evidence.get("suggested_workers") or DEFAULT_WORKERS
     fields = _Fields(workers=workers, group_by_length=group_by_length_switch(config))
+    batch, growth = finding.evidence.get("samples_per_step"), finding.evidence.get("batch_growth")
+    if isinstance(batch, (int, float)) and isinstance(growth, int) and batch > 0:
+        fields["larger_batch"] = round(batch) * growth
     return template.format_map(fields)
 
 
