@@ -7,6 +7,7 @@ model, first step of an optimizer, first batch of a loader), so it stays off the
 from __future__ import annotations
 
 import logging
+import math
 import os
 from typing import Any
 
@@ -162,6 +163,25 @@ def loader_info(loader: Any, loader_id: int) -> LoaderInfo:
     return info
 
 
+# Distinct parameter sizes kept per optimizer; beyond it sizes go to power-of-two buckets (the probe
+# needs the per-tensor cost at about the right size, not every size).
+MAX_PARAM_SIZES = 64
+
+
+def param_size_counts(numels: list[int], max_sizes: int = MAX_PARAM_SIZES) -> list[list[int]]:
+    """``[values, tensors]`` pairs of ``numels``, largest first; power-of-two buckets past ``max_sizes``."""
+    counts: dict[int, int] = {}
+    for n in numels:
+        counts[n] = counts.get(n, 0) + 1
+    if len(counts) > max_sizes:
+        bucketed: dict[int, int] = {}
+        for n, c in counts.items():
+            key = 1 << max(0, round(math.log2(max(n, 1))))
+            bucketed[key] = bucketed.get(key, 0) + c
+        counts = bucketed
+    return [[n, c] for n, c in sorted(counts.items(), reverse=True)]
+
+
 def optimizer_info(opt: torch.optim.Optimizer) -> OptimizerInfo:
     """Describe an optimizer from its parameter groups and defaults."""
     params = [p for group in opt.param_groups for p in group["params"]]
@@ -172,6 +192,7 @@ def optimizer_info(opt: torch.optim.Optimizer) -> OptimizerInfo:
         param_tensors=len(params),
         foreach=defaults.get("foreach"),
         fused=defaults.get("fused"),
+        param_sizes=param_size_counts([p.numel() for p in params]),
     )
 
 

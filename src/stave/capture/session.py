@@ -311,7 +311,7 @@ class DoctorSession:
     def _run_probes(self) -> Any:
         from stave.monitor.probes import run_probes
 
-        from stave.monitor.optimizer_probe import MAX_PROBE_VALUES, fused_optimizer_ratio
+        from stave.monitor.optimizer_probe import optimizer_ratios, probe_sizes
 
         threads = self.config.torch_threads or torch.get_num_threads()
         device = dev.resolve_device(None)
@@ -320,10 +320,12 @@ class DoctorSession:
         optimizers = sorted(self.config.optimizers, key=lambda o: -o.params)
         if optimizers:
             opt = optimizers[0]
-            probes.optimizer_fused_ratio = fused_optimizer_ratio(opt, device)
-            if probes.optimizer_fused_ratio is not None:
-                tensors = max(1, opt.param_tensors)
-                probes.optimizer_probe = [tensors, max(1, min(opt.params, MAX_PROBE_VALUES) // tensors)]
+            ratios = optimizer_ratios(opt, device)
+            probes.optimizer_fused_ratio = ratios.get("fused")
+            probes.optimizer_foreach_ratio = ratios.get("foreach")
+            if ratios:
+                sizes = probe_sizes(opt)
+                probes.optimizer_probe = [len(sizes), sum(sizes)]
         return probes
 
     # --- the record ----------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ Rules write their fix as plain PyTorch code. When the record says a framework dr
 (``ConfigSnapshot.framework``, read by ``capture/frameworks.py``), the fix is the switch that
 framework offers: :data:`FIXES` maps ``(finding ID, framework)`` to that text, and
 :func:`apply_framework_fixes` swaps it in once, after every rule has run. Templates may name
-``{workers}`` (the rule's suggested loader workers), ``{larger_batch}`` (SMALL_BATCH's grown batch)
+``{workers}`` (the rule's suggested loader workers), ``{impl}`` (OPTIMIZER_UNFUSED's fastest
+implementation, ``fused`` or ``foreach``), ``{larger_batch}`` (SMALL_BATCH's grown batch)
 and ``{group_by_length}`` (the ``TrainingArguments`` switch of the installed transformers).
 
 Every switch was checked against its source: timm's ``train.py`` argparse flags at
@@ -55,10 +56,10 @@ FIXES: dict[tuple[str, str], str] = {
     ("NO_COMPILE", "accelerate"): 'accelerator = Accelerator(dynamo_backend="inductor")',
     ("NO_COMPILE", "timm"): "python train.py ... --torchcompile",
     # --- fused optimizer ---
-    ("OPTIMIZER_UNFUSED", "lightning"): "def configure_optimizers(self):\n    return torch.optim.AdamW(self.parameters(), lr=self.lr, fused=True)",
+    ("OPTIMIZER_UNFUSED", "lightning"): "def configure_optimizers(self):\n    return torch.optim.AdamW(self.parameters(), lr=self.lr, {impl}=True)",
     ("OPTIMIZER_UNFUSED", "hf_trainer"): 'args = TrainingArguments(..., optim="adamw_torch_fused")',
-    ("OPTIMIZER_UNFUSED", "accelerate"): "optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)  # before accelerator.prepare",
-    ("OPTIMIZER_UNFUSED", "timm"): "python train.py ... --opt adamw --opt-kwargs fused=True",
+    ("OPTIMIZER_UNFUSED", "accelerate"): "optimizer = torch.optim.AdamW(model.parameters(), lr=lr, {impl}=True)  # before accelerator.prepare",
+    ("OPTIMIZER_UNFUSED", "timm"): "python train.py ... --opt adamw --opt-kwargs {impl}=True",
     # --- larger effective batch ---
     ("SMALL_BATCH", "lightning"): "trainer = L.Trainer(..., accumulate_grad_batches=4)  # or a larger batch_size in the DataLoader",
     ("SMALL_BATCH", "hf_trainer"): "args = TrainingArguments(..., per_device_train_batch_size=4 * bs)  # or gradient_accumulation_steps=4 when memory is short",
@@ -109,7 +110,8 @@ def framework_fix(finding: Finding, config: ConfigSnapshot) -> str | None:
     if template is None:
         return None
     workers = finding.evidence.get("suggested_workers") or DEFAULT_WORKERS
-    fields = _Fields(workers=workers, group_by_length=group_by_length_switch(config))
+    fields = _Fields(workers=workers, group_by_length=group_by_length_switch(config),
+                     impl=finding.evidence.get("best_implementation") or "fused")
     batch, growth = finding.evidence.get("samples_per_step"), finding.evidence.get("batch_growth")
     if isinstance(batch, (int, float)) and isinstance(growth, int) and batch > 0:
         fields["larger_batch"] = round(batch) * growth

@@ -64,6 +64,9 @@ class OptimizerInfo:
     foreach: bool | None = None
     fused: bool | None = None
     steps: int = 0
+    # The parameter tensors' sizes as [values, tensors] pairs, largest first (capture/config_probe.py
+    # buckets them when there are many distinct sizes): what the optimizer probe rebuilds.
+    param_sizes: list[list[int]] = field(default_factory=list)
 
 
 @dataclass

@@ -21,7 +21,7 @@ TIMM_FLAGS = {"--amp", "--amp-dtype", "--workers", "--pin-mem", "--torchcompile"
               "--batch-size", "--grad-accum-steps", "--val-interval", "--lr", "--lr-base"}
 TIMM_EXACT = {
     "NO_MIXED_PRECISION": "--amp --amp-dtype bfloat16",
-    "OPTIMIZER_UNFUSED": "--opt adamw --opt-kwargs fused=True",
+    "OPTIMIZER_UNFUSED": "--opt adamw --opt-kwargs {impl}=True",
     "NO_COMPILE": "--torchcompile",
     "H2D_PAGEABLE": "--pin-mem",
     "DATA_WAIT": "--workers {workers}",

@@ -278,3 +278,19 @@ def test_per_token_cost_is_fitted_when_tokens_vary():
     assert padding.fitted_token_s(tokens, compute) == pytest.approx(1e-5, rel=1e-6)
     assert padding.fitted_token_s([512] * 20, [0.01] * 20) is None  # fixed-length padding: no fit
     assert padding.fitted_token_s(tokens[:4], compute[:4]) is None
+
+
+def test_unfused_optimizer_names_the_fastest_probed_implementation():
+    rec = opt_record()
+    rec.probes.optimizer_fused_ratio, rec.probes.optimizer_foreach_ratio = 0.8, 1.6  # fused slower here
+    f = run_rule("OPTIMIZER_UNFUSED", rec)
+    assert f is not None and f.evidence["best_implementation"] == "foreach"
+    assert "foreach=True" in f.fix and "fused=True" not in f.fix
+    assert f.evidence["fused_optimizer_s"] == pytest.approx(f.evidence["optimizer_s"] / 1.6, rel=1e-3)
+    timm = ff.framework_fix(f, healthy_config(framework="timm"))
+    assert "--opt-kwargs foreach=True" in timm
+    # Neither is faster on this machine: no finding, whatever the op count says.
+    rec.probes.optimizer_fused_ratio, rec.probes.optimizer_foreach_ratio = 0.9, 0.7
+    assert run_rule("OPTIMIZER_UNFUSED", rec) is None
+    assert optimizer.best_implementation(None, None) is None
+    assert optimizer.best_implementation(1.5, 1.5) == ("fused", 1.5)
