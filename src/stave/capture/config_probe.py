@@ -214,8 +214,11 @@ def describe_model(module: torch.nn.Module, snap: ConfigSnapshot) -> None:
         total += p.numel()
     snap.model_params = total
     snap.param_dtypes = dtypes
-    attn = getattr(getattr(module, "config", None), "_attn_implementation", None)
+    hf_config = getattr(module, "config", None)
+    attn = getattr(hf_config, "_attn_implementation", None)
     snap.attn_implementation = attn if isinstance(attn, str) else None
+    if snap.attn_implementation is not None:
+        snap.attention_geometry = attention_geometry(hf_config, type(module).__name__)
     convs = [m for m in module.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))]
     snap.conv_model = bool(convs)
     if convs:
@@ -224,6 +227,27 @@ def describe_model(module: torch.nn.Module, snap: ConfigSnapshot) -> None:
             "channels_last" if w.dim() == 4 and w.is_contiguous(memory_format=torch.channels_last)
             and not w.is_contiguous() else "contiguous"
         )
+
+
+def _first_int(obj: Any, names: tuple[str, ...]) -> int | None:
+    for name in names:
+        value = getattr(obj, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def attention_geometry(config: Any, model_class: str) -> list[int]:
+    """``[layers, heads, head_dim, causal]`` from a Hugging Face config (the names GPT-2, BERT and
+    Llama-style configs use); empty when it does not say."""
+    layers = _first_int(config, ("num_hidden_layers", "n_layer", "num_layers"))
+    heads = _first_int(config, ("num_attention_heads", "n_head"))
+    hidden = _first_int(config, ("hidden_size", "n_embd", "d_model"))
+    head_dim = _first_int(config, ("head_dim",)) or (hidden // heads if hidden and heads else None)
+    if not (layers and heads and head_dim):
+        return []
+    causal = bool(getattr(config, "is_decoder", False)) or "CausalLM" in model_class or "LMHead" in model_class
+    return [layers, heads, head_dim, int(causal)]
 
 
 def autocast_state(device_type: str) -> tuple[bool, str | None]:

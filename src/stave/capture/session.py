@@ -326,7 +326,31 @@ class DoctorSession:
             if ratios:
                 sizes = probe_sizes(opt)
                 probes.optimizer_probe = [len(sizes), sum(sizes)]
+        self._probe_attention(probes, device)
         return probes
+
+    def _probe_attention(self, probes: Any, device: Any) -> None:
+        """Eager against SDPA attention at the run's shape, when its HF model ran eager attention."""
+        from stave.monitor.attention_probe import probe_attention
+
+        cfg = self.config
+        counted = self._record.counted_steps()
+        if cfg.attn_implementation != "eager" or len(cfg.attention_geometry) != 4 or not counted:
+            return
+        rows = sum(s.samples for s in counted)
+        tokens = sum(s.tokens for s in counted)
+        forwards = sum(s.forward_calls for s in counted)
+        if not (rows and tokens and forwards):
+            return
+        _layers, heads, head_dim, causal = cfg.attention_geometry
+        batch, seq = max(1, round(rows / forwards)), max(1, round(tokens / rows))
+        # Under autocast attention runs in the autocast dtype; otherwise in the parameters' (fp32).
+        dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(cfg.autocast_dtype or "", torch.float32)
+        times = probe_attention(batch, heads, seq, head_dim, bool(causal), dtype, device)
+        if times is not None:
+            probes.attention_eager_s = times.eager_s * times.batch_scale
+            probes.attention_sdpa_s = times.sdpa_s * times.batch_scale
+            probes.attention_probe = [batch, heads, seq, head_dim]
 
     # --- the record ----------------------------------------------------------------------------------
 

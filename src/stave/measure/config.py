@@ -114,6 +114,9 @@ class ConfigSnapshot:
     sdpa_inputs: dict[str, str] = field(default_factory=dict)
     # The Hugging Face model's attention implementation ("eager", "sdpa", "flash_attention_2", ...).
     attn_implementation: str | None = None
+    # That model's attention layout from its config: [layers, heads, head_dim, causal (0/1)] (empty
+    # when unknown); the attention probe rebuilds one call from it.
+    attention_geometry: list[int] = field(default_factory=list)
     # The pad id real tokens were counted with when the batch had no attention mask, and its
     # evidence ("config.pad_token_id", "embedding.padding_idx", "loss.ignore_index", "row tails").
     pad_token_id: int | None = None

@@ -74,6 +74,12 @@ class ProbeResults:
     optimizer_fused_ratio: float | None = None
     optimizer_foreach_ratio: float | None = None
     optimizer_probe: list[int] = field(default_factory=list)
+    # Eager attention's and SDPA's seconds for one attention call, forward and backward, at the
+    # run's [batch, heads, seq, head_dim] (attention_probe), measured here after a run whose HF
+    # model ran attn_implementation="eager" (monitor/attention_probe.py).
+    attention_eager_s: float | None = None
+    attention_sdpa_s: float | None = None
+    attention_probe: list[int] = field(default_factory=list)
     # "own_shapes": the bf16 ratio and fp32 rate come from the step's own GEMM shapes, weighted by
     # their count per step; "generic": one square GEMM (a compiled model's shapes are not counted).
     bf16_probe_source: str = "generic"

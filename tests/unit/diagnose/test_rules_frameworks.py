@@ -294,3 +294,24 @@ def test_unfused_optimizer_names_the_fastest_probed_implementation():
     assert run_rule("OPTIMIZER_UNFUSED", rec) is None
     assert optimizer.best_implementation(None, None) is None
     assert optimizer.best_implementation(1.5, 1.5) == ("fused", 1.5)
+
+
+def test_eager_attention_priced_from_the_probe_at_the_runs_shape():
+    rec = lm_record(attn_q=0.3)
+    rec.config.attn_implementation = "eager"
+    rec.config.attention_geometry = [4, 8, 64, 1]
+    rec.config.forward_calls_per_step = 1.0
+    rec.probes.attention_eager_s, rec.probes.attention_sdpa_s = 0.004, 0.001
+    rec.probes.attention_probe = [8, 8, 512, 64]
+    f = run_rule("ATTENTION_EAGER", rec)
+    assert f is not None and "4.00x faster per call" in f.title
+    assert f.evidence["saved_s_per_step"] == pytest.approx(4 * 0.003)
+    assert f.evidence["attention_calls_per_step"] == 4
+    # SDPA no faster at this shape on this machine: no finding, whatever the FLOP share says.
+    rec.probes.attention_eager_s, rec.probes.attention_sdpa_s = 0.001, 0.0011
+    assert run_rule("ATTENTION_EAGER", rec) is None
+
+
+def test_probed_attention_saving_never_exceeds_forward_and_backward():
+    assert attention.probed_attention_saving_s(1.0, 0.1, 10, 2.0) == 2.0
+    assert attention.probed_attention_saving_s(0.1, 0.2, 10, 2.0) == 0.0
