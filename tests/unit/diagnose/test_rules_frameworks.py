@@ -315,3 +315,22 @@ def test_eager_attention_priced_from_the_probe_at_the_runs_shape():
 def test_probed_attention_saving_never_exceeds_forward_and_backward():
     assert attention.probed_attention_saving_s(1.0, 0.1, 10, 2.0) == 2.0
     assert attention.probed_attention_saving_s(0.1, 0.2, 10, 2.0) == 0.0
+
+
+# --- tokens/s and MFU ------------------------------------------------------------------------------
+
+
+def test_tokens_per_second_and_mfu_from_the_counted_flops():
+    from stave.analyze.mfu import model_flops_utilization
+
+    rec = lm_record()
+    summary = summarize_steps(rec.steps)
+    t = summary.step_time_median_s
+    assert summary.tokens_per_step == 512 and summary.real_tokens_per_step == 112
+    assert summary.real_tokens_per_s == pytest.approx(summary.tokens_per_s * 112 / 512)
+    rec.probes.fp32_matmul_flops_per_s = 1e12
+    util = model_flops_utilization(rec, summary)
+    assert util.flops_per_step == int(3e10) and util.peak_source.startswith("measured")
+    assert util.mfu == pytest.approx(3e10 / t / 1e12)
+    rec.probes.fp32_matmul_flops_per_s = None  # a CPU run without the probe: no peak, no MFU
+    assert model_flops_utilization(rec, summary) is None
