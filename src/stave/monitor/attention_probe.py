@@ -29,15 +29,16 @@ CALLS_PER_ROUND = 2
 # Wall-time budget: after the first round pair, no new round starts past it.
 BUDGET_S = 2.0
 # The probe's tensors (q, k, v, the scores and their gradients) may take this many bytes; larger
-# shapes shrink the batch (the per-row cost is what scales the answer back up).
+# shapes shrink the batch, then the heads (each row and head is an independent problem of the same
+# cost, so the time scales back up by the share left out); a single head past it is not probed.
 MAX_PROBE_BYTES = 512 * 1024 * 1024
 _SEED = 20240603
 
 
 @dataclass(frozen=True)
 class AttentionTimes:
-    """Seconds of one attention call, forward and backward, each way, at ``shape`` (the batch may be
-    smaller than the run's: ``batch_scale`` is the run's batch over the probe's)."""
+    """Seconds of one attention call, forward and backward, each way, at ``shape`` (batch and heads
+    may be fewer than the run's: ``batch_scale`` is the run's batch x heads over the probe's)."""
 
     eager_s: float
     sdpa_s: float
@@ -73,10 +74,13 @@ def probe_attention(batch: int, heads: int, seq: int, head_dim: int, causal: boo
     device = dev.resolve_device(device)
     elem = torch.empty((), dtype=dtype).element_size()
     # q, k, v, their grads, the output, and (eager) scores, weights and their grads in float32
-    per_row = heads * (7 * seq * head_dim * elem + 4 * seq * seq * 4)
-    rows = max(1, min(batch, MAX_PROBE_BYTES // max(per_row, 1)))
+    per_head = 7 * seq * head_dim * elem + 4 * seq * seq * 4
+    if per_head > MAX_PROBE_BYTES:
+        return None
+    probe_heads = min(heads, MAX_PROBE_BYTES // per_head)
+    rows = max(1, min(batch, MAX_PROBE_BYTES // (probe_heads * per_head)))
     gen = torch.Generator(device=device).manual_seed(_SEED)
-    q, k, v = (torch.randn(rows, heads, seq, head_dim, generator=gen, device=device, dtype=dtype).requires_grad_()
+    q, k, v = (torch.randn(rows, probe_heads, seq, head_dim, generator=gen, device=device, dtype=dtype).requires_grad_()
                for _ in range(3))
     sides = {
         "eager": lambda a, b, c: eager_attention(a, b, c, causal),
@@ -96,4 +100,5 @@ def probe_attention(batch: int, heads: int, seq: int, head_dim: int, causal: boo
         # A dtype or shape this build's kernels do not take: nothing measured.
         log.debug("attention probe skipped: %s", exc)
         return None
-    return AttentionTimes(best["eager"], best["sdpa"], (rows, heads, seq, head_dim), batch / rows)
+    return AttentionTimes(best["eager"], best["sdpa"], (rows, probe_heads, seq, head_dim),
+                          batch * heads / (rows * probe_heads))

@@ -27,6 +27,12 @@ def test_probe_times_both_sides_and_shrinks_a_batch_too_large(monkeypatch):
     monkeypatch.setattr(attention_probe, "MAX_PROBE_BYTES", 2 * 2 * (7 * 32 * 8 * 4 + 4 * 32 * 32 * 4))
     small = probe_attention(4, 2, 32, 8, causal=False)
     assert small.shape[0] == 2 and small.batch_scale == 2.0
+    one_head = 7 * 32 * 8 * 4 + 4 * 32 * 32 * 4
+    monkeypatch.setattr(attention_probe, "MAX_PROBE_BYTES", one_head)  # one row of one head fits
+    fewer = probe_attention(4, 2, 32, 8, causal=False)
+    assert fewer.shape == (1, 1, 32, 8) and fewer.batch_scale == 8.0
+    monkeypatch.setattr(attention_probe, "MAX_PROBE_BYTES", one_head - 1)
+    assert probe_attention(4, 2, 32, 8, causal=False) is None
     assert probe_attention(0, 2, 32, 8, causal=False) is None
 
 
