@@ -4,7 +4,7 @@ Written like torchvision's classification reference: ``train_one_epoch`` then ``
 ``torch.inference_mode()`` after every epoch. The training subset is small (8 batches per epoch)
 and the validation set as large as the training set, so evaluation takes about as long as training.
 
-``--fixed``: ``--eval-every-epochs`` large (evaluation at the end of training only, beyond this run).
+``--fixed``: what the doctor's fix prices, evaluation half as often (every ``2 x --eval-every-epochs``).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def main() -> None:
                           nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * w, 10))
     criterion = nn.CrossEntropyLoss(label_smoothing=0.1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-    every = 10_000 if args.fixed else args.eval_every_epochs
+    every = 2 * args.eval_every_epochs if args.fixed else args.eval_every_epochs
     timer = StepTimer(args.steps, args.warmup)
     epoch = 0
     while not timer.done:

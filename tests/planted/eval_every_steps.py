@@ -4,7 +4,8 @@ The loop evaluates on the whole validation set (``model.eval()``, ``torch.no_gra
 ``--eval-every`` steps, as a script written for long epochs does when its epoch is short. The
 validation set is larger than five training batches, so most wall time goes to evaluation.
 
-``--fixed``: evaluation every ``--fixed-eval-every`` steps (beyond the run here).
+``--fixed``: what the doctor's fix prices, evaluation half as often (every ``2 x --eval-every`` steps);
+``--fixed-eval-every N`` sets another interval (1000: none within the run, a control).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def evaluate(model: nn.Module, loader: DataLoader) -> float:
 
 
 def main() -> None:
-    args = planted_args(__doc__.splitlines()[0], steps=40, batch_size=64, eval_every=5, fixed_eval_every=1000,
+    args = planted_args(__doc__.splitlines()[0], steps=40, batch_size=64, eval_every=5, fixed_eval_every=0,
                         val_size=2048, hidden=512)
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
@@ -38,7 +39,7 @@ def main() -> None:
     model = nn.Sequential(nn.Linear(256, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.hidden), nn.ReLU(),
                           nn.Linear(args.hidden, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    every = args.fixed_eval_every if args.fixed else args.eval_every
+    every = (args.fixed_eval_every or 2 * args.eval_every) if args.fixed else args.eval_every
     timer = StepTimer(args.steps, args.warmup)
     step = 0
     while not timer.done:

@@ -3,8 +3,8 @@
 A LightningModule with a ``validation_step`` and ``Trainer(val_check_interval=4)``: the whole
 validation loader (larger than the training batches in between) runs every fourth step.
 
-``--fixed``: ``val_check_interval`` beyond the run's steps (``limit_val_batches=0`` in effect), the
-same training.
+``--fixed``: what the doctor's fix prices, validation half as often (``val_check_interval`` doubled),
+the same training.
 """
 
 from __future__ import annotations
@@ -50,11 +50,11 @@ def main() -> None:
     train = TensorDataset(torch.randn(8192, 128, generator=gen), torch.randint(0, 10, (8192,), generator=gen))
     val = TensorDataset(torch.randn(args.val_size, 128, generator=gen), torch.randint(0, 10, (args.val_size,), generator=gen))
     timer = StepTimer(args.steps, args.warmup)
-    interval = 100_000 if args.fixed else args.val_check_interval
+    interval = 2 * args.val_check_interval if args.fixed else args.val_check_interval
     trainer = L.Trainer(max_steps=args.steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                        val_check_interval=min(interval, len(train) // args.batch_size), check_val_every_n_epoch=None
-                        if not args.fixed else 1000, callbacks=[Timing(timer)])
+                        val_check_interval=min(interval, len(train) // args.batch_size), check_val_every_n_epoch=None,
+                        callbacks=[Timing(timer)])
     trainer.fit(Net(args.hidden), DataLoader(train, batch_size=args.batch_size, shuffle=True),
                 DataLoader(val, batch_size=256))
     timer.report()
