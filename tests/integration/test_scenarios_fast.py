@@ -30,10 +30,6 @@ KNOWN_MISSES = {
                               "this short run gives no finding",
     "python_metric_loop": "the per-element metric loop reads as DATA_CPU_BOUND (its Python runs in the "
                           "main process beside the loader)",
-    "plain_padding_maxlen": "no attention_mask and no pad_token_id: the pad id inside a plain model's "
-                            "forward is not known, so PADDING_WASTE cannot count real tokens",
-    "optimizer_many_params": "on a CPU where fused AdamW is not faster (this AVX2 EPYC) the probe rightly "
-                             "gives no OPTIMIZER_UNFUSED; the scenario's expectation is CPU-dependent",
 }
 MIN_SCENARIOS = 40
 MIN_ROWS_PER_MECHANISM = 3

@@ -5,7 +5,11 @@ sequence padded to 256 tokens, while the real lengths (synthetic token ids, a lo
 distribution around ``--mean-len``) are mostly far shorter. The model (built from a ``BertConfig``,
 no download) computes on the pad tokens too, attention's quadratic part included.
 
-``--fixed``: each batch padded to its own longest sequence (what ``DataCollatorWithPadding`` does).
+``--fixed``: what the doctor names for these lengths (padding to each batch's longest alone
+would leave most of the padding): samples grouped by length (the sampler of
+``padded_longest_healthy.py``, as ``train_sampling_strategy="group_by_length"`` does in the
+Trainer), each batch padded to its own longest (what ``DataCollatorWithPadding`` does). Step
+times then vary with each batch's length: compare mean step times.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from _timing import StepTimer, planted_args
+from padded_longest_healthy import LengthGroupedBatches
 from torch.utils.data import DataLoader, Dataset
 from transformers import BertConfig, BertForSequenceClassification
 
@@ -50,8 +55,13 @@ def main() -> None:
     config = BertConfig(vocab_size=8000, hidden_size=args.hidden, num_hidden_layers=args.layers, num_attention_heads=4,
                         intermediate_size=4 * args.hidden, max_position_embeddings=max(512, args.max_len))
     model = BertForSequenceClassification(config)
-    loader = DataLoader(Texts(2048, args.mean_len, args.max_len), batch_size=args.batch_size, shuffle=True,
-                        collate_fn=pad_collate(None if args.fixed else args.max_len))
+    texts = Texts(2048, args.mean_len, args.max_len)
+    if args.fixed:
+        lengths = np.array([len(ids) for ids in texts.ids])
+        loader = DataLoader(texts, batch_sampler=LengthGroupedBatches(lengths, args.batch_size),
+                            collate_fn=pad_collate(None))
+    else:
+        loader = DataLoader(texts, batch_size=args.batch_size, shuffle=True, collate_fn=pad_collate(args.max_len))
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5)
     model.train()
     timer = StepTimer(args.steps, args.warmup)

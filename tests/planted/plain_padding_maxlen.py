@@ -4,7 +4,10 @@ Sequences of varying length (mostly short, a few long) are padded to ``--max-len
 dataset itself, with a key padding mask for ``nn.TransformerEncoder``: the encoder's matmuls and
 attention run over every pad position.
 
-``--fixed``: the collate function pads each batch to its own longest sequence.
+``--fixed``: what the doctor names for this length distribution (a long tail: padding to each
+batch's longest alone would leave most of the padding): samples grouped by length (the control's
+sampler, ``padded_longest_healthy.py``), each batch padded to its own longest. Step times then vary
+with each batch's length: compare mean step times. ``--accum N``: N micro-batches per optimizer step.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import numpy as np
 import torch
 from _timing import StepTimer, planted_args
 from torch import nn
+from padded_longest_healthy import LengthGroupedBatches
 from torch.utils.data import DataLoader, Dataset
 
 PAD = 0
@@ -22,6 +26,7 @@ class Sequences(Dataset):
     def __init__(self, count: int, mean_len: int, max_len: int, pad_to_max: bool) -> None:
         rng = np.random.default_rng(0)
         lengths = np.clip(rng.exponential(mean_len, count).astype(int), 4, max_len)
+        self.lengths = lengths
         self.seqs = [torch.from_numpy(rng.integers(1, 4000, n)) for n in lengths]
         self.labels = torch.from_numpy(rng.integers(0, 4, count))
         self.max_len = max_len
@@ -58,20 +63,28 @@ class Encoder(nn.Module):
 
 
 def main() -> None:
-    args = planted_args(__doc__.splitlines()[0], steps=30, batch_size=32, max_len=256, mean_len=40, dim=128, layers=2)
+    args = planted_args(__doc__.splitlines()[0], steps=30, batch_size=32, max_len=256, mean_len=40, dim=128, layers=2,
+                        accum=1)
     torch.manual_seed(0)
     data = Sequences(2048, args.mean_len, args.max_len, pad_to_max=not args.fixed)
-    loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, collate_fn=collate)
+    if args.fixed:
+        loader = DataLoader(data, batch_sampler=LengthGroupedBatches(data.lengths, args.batch_size), collate_fn=collate)
+    else:
+        loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, collate_fn=collate)
     model = Encoder(args.dim, args.layers)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     timer = StepTimer(args.steps, args.warmup)
+    micro = 0
     while not timer.done:
         for ids, y in loader:
-            loss = nn.functional.cross_entropy(model(ids), y)
-            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(ids), y) / args.accum
             loss.backward()
+            micro += 1
+            if micro % args.accum:
+                continue
             opt.step()
-            timer.step(ids.shape[0])
+            opt.zero_grad()
+            timer.step(ids.shape[0] * args.accum)
             if timer.done:
                 break
     timer.report()

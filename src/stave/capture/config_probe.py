@@ -7,6 +7,7 @@ model, first step of an optimizer, first batch of a loader), so it stays off the
 from __future__ import annotations
 
 import logging
+import math
 import os
 from typing import Any
 
@@ -162,6 +163,25 @@ def loader_info(loader: Any, loader_id: int) -> LoaderInfo:
     return info
 
 
+# Distinct parameter sizes kept per optimizer; beyond it sizes go to power-of-two buckets (the probe
+# needs the per-tensor cost at about the right size, not every size).
+MAX_PARAM_SIZES = 64
+
+
+def param_size_counts(numels: list[int], max_sizes: int = MAX_PARAM_SIZES) -> list[list[int]]:
+    """``[values, tensors]`` pairs of ``numels``, largest first; power-of-two buckets past ``max_sizes``."""
+    counts: dict[int, int] = {}
+    for n in numels:
+        counts[n] = counts.get(n, 0) + 1
+    if len(counts) > max_sizes:
+        bucketed: dict[int, int] = {}
+        for n, c in counts.items():
+            key = 1 << max(0, round(math.log2(max(n, 1))))
+            bucketed[key] = bucketed.get(key, 0) + c
+        counts = bucketed
+    return [[n, c] for n, c in sorted(counts.items(), reverse=True)]
+
+
 def optimizer_info(opt: torch.optim.Optimizer) -> OptimizerInfo:
     """Describe an optimizer from its parameter groups and defaults."""
     params = [p for group in opt.param_groups for p in group["params"]]
@@ -172,6 +192,7 @@ def optimizer_info(opt: torch.optim.Optimizer) -> OptimizerInfo:
         param_tensors=len(params),
         foreach=defaults.get("foreach"),
         fused=defaults.get("fused"),
+        param_sizes=param_size_counts([p.numel() for p in params]),
     )
 
 
@@ -193,8 +214,11 @@ def describe_model(module: torch.nn.Module, snap: ConfigSnapshot) -> None:
         total += p.numel()
     snap.model_params = total
     snap.param_dtypes = dtypes
-    attn = getattr(getattr(module, "config", None), "_attn_implementation", None)
+    hf_config = getattr(module, "config", None)
+    attn = getattr(hf_config, "_attn_implementation", None)
     snap.attn_implementation = attn if isinstance(attn, str) else None
+    if snap.attn_implementation is not None:
+        snap.attention_geometry = attention_geometry(hf_config, type(module).__name__)
     convs = [m for m in module.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))]
     snap.conv_model = bool(convs)
     if convs:
@@ -203,6 +227,27 @@ def describe_model(module: torch.nn.Module, snap: ConfigSnapshot) -> None:
             "channels_last" if w.dim() == 4 and w.is_contiguous(memory_format=torch.channels_last)
             and not w.is_contiguous() else "contiguous"
         )
+
+
+def _first_int(obj: Any, names: tuple[str, ...]) -> int | None:
+    for name in names:
+        value = getattr(obj, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def attention_geometry(config: Any, model_class: str) -> list[int]:
+    """``[layers, heads, head_dim, causal]`` from a Hugging Face config (the names GPT-2, BERT and
+    Llama-style configs use); empty when it does not say."""
+    layers = _first_int(config, ("num_hidden_layers", "n_layer", "num_layers"))
+    heads = _first_int(config, ("num_attention_heads", "n_head"))
+    hidden = _first_int(config, ("hidden_size", "n_embd", "d_model"))
+    head_dim = _first_int(config, ("head_dim",)) or (hidden // heads if hidden and heads else None)
+    if not (layers and heads and head_dim):
+        return []
+    causal = bool(getattr(config, "is_decoder", False)) or "CausalLM" in model_class or "LMHead" in model_class
+    return [layers, heads, head_dim, int(causal)]
 
 
 def autocast_state(device_type: str) -> tuple[bool, str | None]:

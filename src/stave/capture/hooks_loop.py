@@ -25,6 +25,7 @@ from torch.nn.modules import module as nn_module
 from torch.optim import optimizer as optim_module
 
 from stave.capture.batch_walk import count_tokens, find_tokens, iter_tensors
+from stave.capture.pad_inference import LOSS_TYPES, PadEvidence, PadIdInference, loss_ignore_ids
 from stave.capture.steps import StepTracker
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,10 @@ class LoopHooks:
         self._trained: set[int] = set()
         self._input_hooks: dict[int, Any] = {}
         self._arg_names: dict[type, list[str]] = {}
+        # Pad-id evidence per trained model, and the token ids that loss modules called outside
+        # the model ignore (for plain models whose batches carry no mask: pad_inference.py).
+        self._pads: dict[int, PadIdInference] = {}
+        self._loss_ids: set[int] = set()
 
     # --- optimizer ---
 
@@ -79,6 +84,8 @@ class LoopHooks:
         if threading.get_ident() != self.tracker.main_thread_id:
             return
         self._depth += 1
+        if self._depth == 1 and isinstance(module, LOSS_TYPES):
+            self._loss_ids |= loss_ignore_ids([module])
         if self._depth == 1:
             training = module.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
             if training:
@@ -131,11 +138,18 @@ class LoopHooks:
             named.extend(iter_tensors(value, key))
         ids, mask = find_tokens(named)
         if ids is not None:
-            pad_id = getattr(getattr(module, "config", None), "pad_token_id", None)
-            count = count_tokens(ids, mask, pad_id if isinstance(pad_id, int) else None)
+            pad_id = None
+            if mask is None:
+                pad_id = self._pads.setdefault(id(module), PadIdInference()).pad_id(module, ids, self._loss_ids)
+            count = count_tokens(ids, mask, pad_id)
             self.tracker.add_model_input(count.rows, count)
         elif named and named[0][1].dim() > 0:
             self.tracker.add_model_input(int(named[0][1].shape[0]), None)
+
+    @property
+    def pad_evidence(self) -> PadEvidence | None:
+        """The pad id found for the first model that had one, and its source (None: none found)."""
+        return next((p.evidence for p in self._pads.values() if p.evidence is not None), None)
 
     # --- install ---
 

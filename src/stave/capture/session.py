@@ -278,6 +278,9 @@ class DoctorSession:
         self.config.sdpa_calls = self.attention.calls
         self.config.sdpa_inputs = dict(self.attention.first_inputs)
         self.loop.uninstall()
+        if self.loop.pad_evidence is not None:
+            self.config.pad_token_id = self.loop.pad_evidence.pad_id
+            self.config.pad_token_source = self.loop.pad_evidence.source
         for attachment in self.attachments:
             attachment.uninstall()
         self.loader.shutdown_workers()
@@ -308,7 +311,7 @@ class DoctorSession:
     def _run_probes(self) -> Any:
         from stave.monitor.probes import run_probes
 
-        from stave.monitor.optimizer_probe import MAX_PROBE_VALUES, fused_optimizer_ratio
+        from stave.monitor.optimizer_probe import optimizer_ratios, probe_sizes
 
         threads = self.config.torch_threads or torch.get_num_threads()
         device = dev.resolve_device(None)
@@ -317,11 +320,37 @@ class DoctorSession:
         optimizers = sorted(self.config.optimizers, key=lambda o: -o.params)
         if optimizers:
             opt = optimizers[0]
-            probes.optimizer_fused_ratio = fused_optimizer_ratio(opt, device)
-            if probes.optimizer_fused_ratio is not None:
-                tensors = max(1, opt.param_tensors)
-                probes.optimizer_probe = [tensors, max(1, min(opt.params, MAX_PROBE_VALUES) // tensors)]
+            ratios = optimizer_ratios(opt, device)
+            probes.optimizer_fused_ratio = ratios.get("fused")
+            probes.optimizer_foreach_ratio = ratios.get("foreach")
+            if ratios:
+                sizes = probe_sizes(opt)
+                probes.optimizer_probe = [len(sizes), sum(sizes)]
+        self._probe_attention(probes, device)
         return probes
+
+    def _probe_attention(self, probes: Any, device: Any) -> None:
+        """Eager against SDPA attention at the run's shape, when its HF model ran eager attention."""
+        from stave.monitor.attention_probe import probe_attention
+
+        cfg = self.config
+        counted = self._record.counted_steps()
+        if cfg.attn_implementation != "eager" or len(cfg.attention_geometry) != 4 or not counted:
+            return
+        rows = sum(s.samples for s in counted)
+        tokens = sum(s.tokens for s in counted)
+        forwards = sum(s.forward_calls for s in counted)
+        if not (rows and tokens and forwards):
+            return
+        _layers, heads, head_dim, causal = cfg.attention_geometry
+        batch, seq = max(1, round(rows / forwards)), max(1, round(tokens / rows))
+        # Under autocast attention runs in the autocast dtype; otherwise in the parameters' (fp32).
+        dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(cfg.autocast_dtype or "", torch.float32)
+        times = probe_attention(batch, heads, seq, head_dim, bool(causal), dtype, device)
+        if times is not None:
+            probes.attention_eager_s = times.eager_s * times.batch_scale
+            probes.attention_sdpa_s = times.sdpa_s * times.batch_scale
+            probes.attention_probe = [batch, heads, seq, head_dim]
 
     # --- the record ----------------------------------------------------------------------------------
 

@@ -4,8 +4,18 @@ Rules write their fix as plain PyTorch code. When the record says a framework dr
 (``ConfigSnapshot.framework``, read by ``capture/frameworks.py``), the fix is the switch that
 framework offers: :data:`FIXES` maps ``(finding ID, framework)`` to that text, and
 :func:`apply_framework_fixes` swaps it in once, after every rule has run. Templates may name
-``{workers}`` (the rule's suggested loader workers) and ``{group_by_length}`` (the
-``TrainingArguments`` switch of the installed transformers).
+``{workers}`` (the rule's suggested loader workers), ``{impl}`` (OPTIMIZER_UNFUSED's fastest
+implementation, ``fused`` or ``foreach``), ``{larger_batch}``/``{accum_after}``/``{lr_note}`` (SMALL_BATCH's grown (micro-)batch, accumulation
+steps left and learning-rate note), ``{eval_every}`` (EVAL_OVERHEAD's interval in steps)
+and ``{group_by_length}`` (the ``TrainingArguments`` switch of the installed transformers).
+
+Every switch was checked against its source: timm's ``train.py`` argparse flags at
+huggingface/pytorch-image-models commit aa4b5850c1543fa488abf260f18390eda46cf85d (``--amp``,
+``--amp-dtype bfloat16``, ``-j/--workers``, ``--pin-mem``, ``--torchcompile``, ``--opt``,
+``--opt-kwargs key=value``, ``-b/--batch-size`` (the lr follows it from ``--lr-base`` unless ``--lr`` is set), ``--grad-accum-steps``, ``--val-interval``), and
+the keyword arguments of Lightning's ``Trainer``, transformers' ``TrainingArguments`` and
+accelerate's ``Accelerator`` against the installed packages (tests/unit/diagnose/
+test_framework_switches.py pins both).
 """
 
 from __future__ import annotations
@@ -47,15 +57,21 @@ FIXES: dict[tuple[str, str], str] = {
     ("NO_COMPILE", "accelerate"): 'accelerator = Accelerator(dynamo_backend="inductor")',
     ("NO_COMPILE", "timm"): "python train.py ... --torchcompile",
     # --- fused optimizer ---
-    ("OPTIMIZER_UNFUSED", "lightning"): "def configure_optimizers(self):\n    return torch.optim.AdamW(self.parameters(), lr=self.lr, fused=True)",
+    ("OPTIMIZER_UNFUSED", "lightning"): "def configure_optimizers(self):\n    return torch.optim.AdamW(self.parameters(), lr=self.lr, {impl}=True)",
     ("OPTIMIZER_UNFUSED", "hf_trainer"): 'args = TrainingArguments(..., optim="adamw_torch_fused")',
-    ("OPTIMIZER_UNFUSED", "accelerate"): "optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)  # before accelerator.prepare",
-    ("OPTIMIZER_UNFUSED", "timm"): "python train.py ... --opt adamw --opt-kwargs fused=True",
+    ("OPTIMIZER_UNFUSED", "accelerate"): "optimizer = torch.optim.AdamW(model.parameters(), lr=lr, {impl}=True)  # before accelerator.prepare",
+    ("OPTIMIZER_UNFUSED", "timm"): "python train.py ... --opt adamw --opt-kwargs {impl}=True",
     # --- larger effective batch ---
-    ("SMALL_BATCH", "lightning"): "trainer = L.Trainer(..., accumulate_grad_batches=4)  # or a larger batch_size in the DataLoader",
-    ("SMALL_BATCH", "hf_trainer"): "args = TrainingArguments(..., per_device_train_batch_size=4 * bs)  # or gradient_accumulation_steps=4 when memory is short",
-    ("SMALL_BATCH", "accelerate"): "accelerator = Accelerator(gradient_accumulation_steps=4)  # and `with accelerator.accumulate(model):` in the loop",
-    ("SMALL_BATCH", "timm"): "python train.py ... --batch-size 4x  # or --grad-accum-steps 4",
+    ("SMALL_BATCH", "lightning"): (
+        "train_loader = DataLoader(dataset, batch_size={larger_batch}, ...)  # returned by train_dataloader()\n"
+        "trainer = L.Trainer(..., accumulate_grad_batches={accum_after})  {lr_note}"
+    ),
+    ("SMALL_BATCH", "hf_trainer"): "args = TrainingArguments(..., per_device_train_batch_size={larger_batch}, gradient_accumulation_steps={accum_after})  {lr_note}",
+    ("SMALL_BATCH", "accelerate"): (
+        "loader = DataLoader(dataset, batch_size={larger_batch}, ...)  # before accelerator.prepare\n"
+        "accelerator = Accelerator(gradient_accumulation_steps={accum_after})  {lr_note}"
+    ),
+    ("SMALL_BATCH", "timm"): "python train.py ... --batch-size {larger_batch} --grad-accum-steps {accum_after}  # without --lr, timm scales it from --lr-base to the new batch",
     # --- padding ---
     ("PADDING_WASTE", "hf_trainer"): (
         "args = TrainingArguments(..., {group_by_length})  # batches of similar length\n"
@@ -73,8 +89,9 @@ FIXES: dict[tuple[str, str], str] = {
     # --- attention ---
     ("ATTENTION_EAGER", "hf_trainer"): 'model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="sdpa")  # before Trainer(model, ...)',
     # --- evaluation ---
-    ("EVAL_OVERHEAD", "lightning"): "trainer = L.Trainer(..., val_check_interval=1000, limit_val_batches=0.25)",
-    ("EVAL_OVERHEAD", "hf_trainer"): 'args = TrainingArguments(..., eval_strategy="steps", eval_steps=1000)  # fewer evaluations',
+    ("EVAL_OVERHEAD", "lightning"): "trainer = L.Trainer(..., val_check_interval={eval_every})  # or limit_val_batches=0.25: a subset",
+    ("EVAL_OVERHEAD", "timm"): "python train.py ... --val-interval 5  # validate every 5 epochs, not after each",
+    ("EVAL_OVERHEAD", "hf_trainer"): 'args = TrainingArguments(..., eval_strategy="steps", eval_steps={eval_every})  # fewer evaluations',
 }
 
 
@@ -100,7 +117,20 @@ def framework_fix(finding: Finding, config: ConfigSnapshot) -> str | None:
     if template is None:
         return None
     workers = finding.evidence.get("suggested_workers") or DEFAULT_WORKERS
-    fields = _Fields(workers=workers, group_by_length=group_by_length_switch(config))
+    fields = _Fields(workers=workers, group_by_length=group_by_length_switch(config),
+                     impl=finding.evidence.get("best_implementation") or "fused")
+    batch, growth = finding.evidence.get("samples_per_step"), finding.evidence.get("batch_growth")
+    if isinstance(batch, (int, float)) and isinstance(growth, int) and batch > 0:
+        # Under gradient accumulation SMALL_BATCH grows the micro-batch and keeps the optimizer
+        # step's samples (and so the learning rate); otherwise the effective batch grows.
+        accum = max(1, int(finding.evidence.get("micro_batches_per_step") or 1))
+        fields["larger_batch"] = max(1, round(batch) // accum) * growth
+        fields["accum_after"] = max(1, accum // growth)
+        fields["lr_note"] = ("# same samples per optimizer step, same lr" if accum >= 2
+                             else f"# lr x{growth} (linear scaling rule), warmed up")
+    every = finding.evidence.get("eval_interval_steps_after")
+    if isinstance(every, (int, float)) and every > 0:
+        fields["eval_every"] = int(every)
     return template.format_map(fields)
 
 

@@ -64,6 +64,9 @@ class OptimizerInfo:
     foreach: bool | None = None
     fused: bool | None = None
     steps: int = 0
+    # The parameter tensors' sizes as [values, tensors] pairs, largest first (capture/config_probe.py
+    # buckets them when there are many distinct sizes): what the optimizer probe rebuilds.
+    param_sizes: list[list[int]] = field(default_factory=list)
 
 
 @dataclass
@@ -111,6 +114,13 @@ class ConfigSnapshot:
     sdpa_inputs: dict[str, str] = field(default_factory=dict)
     # The Hugging Face model's attention implementation ("eager", "sdpa", "flash_attention_2", ...).
     attn_implementation: str | None = None
+    # That model's attention layout from its config: [layers, heads, head_dim, causal (0/1)] (empty
+    # when unknown); the attention probe rebuilds one call from it.
+    attention_geometry: list[int] = field(default_factory=list)
+    # The pad id real tokens were counted with when the batch had no attention mask, and its
+    # evidence ("config.pad_token_id", "embedding.padding_idx", "loss.ignore_index", "row tails").
+    pad_token_id: int | None = None
+    pad_token_source: str | None = None
     # The framework whose loop called optimizer.step(): "lightning", "hf_trainer", "accelerate",
     # "timm", or None (a plain PyTorch loop); its package version and switch names (frameworks.py).
     framework: str | None = None

@@ -68,10 +68,18 @@ class ProbeResults:
     # FLOP/s of the bf16 probe's fp32 matmul: turns the step's counted matmul/conv FLOPs into the
     # time autocast can shorten (the rest of forward/backward stays fp32).
     fp32_matmul_flops_per_s: float | None = None
-    # An unfused optimizer's step time over fused=True's, measured here on as many tensors as the
-    # run's optimizer had (monitor/optimizer_probe.py); [tensors, values per tensor] of that probe.
+    # An unfused optimizer's step time over fused=True's and over foreach=True's (None: not probed,
+    # or that implementation is the run's own), measured here on tensors of the run's optimizer's
+    # own sizes (monitor/optimizer_probe.py); [tensors, values] of that probe.
     optimizer_fused_ratio: float | None = None
+    optimizer_foreach_ratio: float | None = None
     optimizer_probe: list[int] = field(default_factory=list)
+    # Eager attention's and SDPA's seconds for one attention call, forward and backward, at the
+    # run's [batch, heads, seq, head_dim] (attention_probe), measured here after a run whose HF
+    # model ran attn_implementation="eager" (monitor/attention_probe.py).
+    attention_eager_s: float | None = None
+    attention_sdpa_s: float | None = None
+    attention_probe: list[int] = field(default_factory=list)
     # "own_shapes": the bf16 ratio and fp32 rate come from the step's own GEMM shapes, weighted by
     # their count per step; "generic": one square GEMM (a compiled model's shapes are not counted).
     bf16_probe_source: str = "generic"

@@ -1,10 +1,13 @@
-"""Probe: how much faster a fused optimizer step is than the run's own implementation, here.
+"""Probe: how much faster the fused and the foreach optimizer steps are than the run's own, here.
 
 Run after the script ends (never during it), only when an optimizer with a fused implementation
-ran unfused. It builds as many parameter tensors as the run's optimizer had (their total size
-capped), gives them gradients from a private generator, and times the run's implementation
-(per-tensor loop, or foreach) against ``fused=True``, interleaved, best of a few rounds. The ratio
-carries this machine's per-op costs, contention included, which the bare-dispatch probe misses.
+ran unfused. It rebuilds the run's optimizer's parameter tensors at their own sizes
+(``OptimizerInfo.param_sizes``; the total capped at :data:`MAX_PROBE_VALUES`, each size scaled down
+alike beyond it), gives them gradients from a private generator, and times the run's
+implementation (per-tensor loop, or foreach) against each other one (``foreach=True``,
+``fused=True``), interleaved, best of a few rounds. The ratios carry this machine's per-tensor
+costs (dispatch, vector width, memory traffic, contention included): on a CPU where the fused
+kernel is not faster than the run's loop, its ratio is at most 1 and no fix is priced from it.
 """
 
 from __future__ import annotations
@@ -20,25 +23,39 @@ from stave.measure.config import FUSED_OPTIMIZERS, OptimizerInfo
 log = logging.getLogger(__name__)
 
 # Parameter memory the probe may allocate (4 bytes each, x4 with gradient and two Adam moments):
-# 8M values is 128 MB at most, enough for per-tensor costs to show, cheap to allocate.
+# 8M values is 128 MB at most, enough for per-tensor costs to show, cheap to allocate. Beyond it
+# every size shrinks alike: the tensor count (the per-tensor cost) stays, the memory traffic
+# shrinks, so the ratio leans toward the dispatch saving on models far larger than the cap.
 MAX_PROBE_VALUES = 8_000_000
 # Optimizer steps per timed round and rounds per implementation (the best round is kept: slower
 # ones met interference from other processes).
 STEPS_PER_ROUND = 5
 ROUNDS = 3
-# Wall-time budget: after the first round pair, no new round starts past it (a loaded machine gets
+# Wall-time budget: after the first round, no new round starts past it (a loaded machine gets
 # a rougher answer rather than a long wait at the end of the run).
-BUDGET_S = 1.0
+BUDGET_S = 1.5
 _SEED = 20240602
 
 
-def _make(opt: OptimizerInfo, device: torch.device, gen: torch.Generator, **impl: bool) -> torch.optim.Optimizer:
-    tensors = max(1, opt.param_tensors)
-    per_tensor = max(1, min(opt.params, MAX_PROBE_VALUES) // tensors)
+def probe_sizes(opt: OptimizerInfo) -> list[int]:
+    """The tensor sizes the probe builds: the run's own, scaled to fit :data:`MAX_PROBE_VALUES`."""
+    sizes = [n for n, count in opt.param_sizes for _ in range(count)]
+    if not sizes:  # a record from before sizes were kept: equal tensors of the mean size
+        tensors = max(1, opt.param_tensors)
+        sizes = [max(1, opt.params // tensors)] * tensors
+    total = sum(sizes)
+    if total > MAX_PROBE_VALUES:
+        scale = MAX_PROBE_VALUES / total
+        sizes = [max(1, int(n * scale)) for n in sizes]
+    return sizes
+
+
+def _make(opt: OptimizerInfo, sizes: list[int], device: torch.device, gen: torch.Generator,
+          **impl: bool) -> torch.optim.Optimizer:
     params = []
-    for _ in range(tensors):
-        p = torch.nn.Parameter(torch.empty(per_tensor, device=device))
-        p.grad = torch.randn(per_tensor, device=device, generator=gen)
+    for n in sizes:
+        p = torch.nn.Parameter(torch.empty(n, device=device))
+        p.grad = torch.randn(n, device=device, generator=gen)
         params.append(p)
     return getattr(torch.optim, opt.type)(params, lr=1e-3, **impl)
 
@@ -52,29 +69,49 @@ def _round_s(optimizer: torch.optim.Optimizer, device: torch.device) -> float:
     return (time.perf_counter() - start) / STEPS_PER_ROUND
 
 
-def fused_optimizer_ratio(opt: OptimizerInfo, device: "torch.device | str") -> float | None:
-    """Step time of ``opt``'s implementation over ``fused=True``'s on this device (None: not measurable)."""
+def run_implementation(opt: OptimizerInfo, device: torch.device) -> str:
+    """The implementation the run used: "fused", "foreach" or "loop" (torch's default when unset)."""
+    if opt.fused:
+        return "fused"
+    if opt.foreach is None:
+        return "foreach" if dev.is_cuda(device) else "loop"
+    return "foreach" if opt.foreach else "loop"
+
+
+IMPLEMENTATIONS = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+
+
+def optimizer_ratios(opt: OptimizerInfo, device: "torch.device | str") -> dict[str, float]:
+    """The run's step time over each other implementation's here: ``{"fused": r, "foreach": r}``
+    (> 1: that one is faster). Empty when not measurable (no fused kernel, already fused)."""
     if opt.type not in FUSED_OPTIMIZERS or opt.fused:
-        return None
+        return {}
     device = dev.resolve_device(device)
     gen = torch.Generator(device=device).manual_seed(_SEED)
-    # The run's own implementation: foreach as it was set, torch's default (foreach on CUDA) when None.
-    baseline = {"foreach": bool(opt.foreach) if opt.foreach is not None else dev.is_cuda(device)}
-    try:
-        loop = _make(opt, device, gen, **baseline)
-        fused = _make(opt, device, gen, fused=True)
-        # One untimed step each: state allocation and first-call costs are not the steady state.
-        _round_s(loop, device)
-        _round_s(fused, device)
-        loop_s, fused_s = float("inf"), float("inf")
-        start = time.perf_counter()
-        for _ in range(ROUNDS):
-            loop_s = min(loop_s, _round_s(loop, device))
-            fused_s = min(fused_s, _round_s(fused, device))
-            if time.perf_counter() - start > BUDGET_S:
-                break
-    except (RuntimeError, TypeError, ValueError) as exc:
-        # A torch build without the fused kernel for this device/dtype.
-        log.debug("fused optimizer probe skipped: %s", exc)
-        return None
-    return loop_s / fused_s if fused_s > 0 else None
+    own = run_implementation(opt, device)
+    sizes = probe_sizes(opt)
+    optimizers: dict[str, torch.optim.Optimizer] = {}
+    for name, impl in IMPLEMENTATIONS.items():
+        try:
+            optimizers[name] = _make(opt, sizes, device, gen, **impl)
+            # One untimed step: state allocation and first-call costs are not the steady state.
+            _round_s(optimizers[name], device)
+        except (RuntimeError, TypeError, ValueError) as exc:
+            # A torch build without that implementation for this device/dtype.
+            log.debug("optimizer probe: %s %s skipped: %s", opt.type, name, exc)
+            optimizers.pop(name, None)
+    if own not in optimizers:
+        return {}
+    best = {name: float("inf") for name in optimizers}
+    start = time.perf_counter()
+    for _ in range(ROUNDS):
+        for name, optimizer in optimizers.items():  # interleaved: a burst of load hits them alike
+            best[name] = min(best[name], _round_s(optimizer, device))
+        if time.perf_counter() - start > BUDGET_S:
+            break
+    return {name: best[own] / s for name, s in best.items() if name != own and s > 0}
+
+
+def fused_optimizer_ratio(opt: OptimizerInfo, device: "torch.device | str") -> float | None:
+    """Step time of ``opt``'s implementation over ``fused=True``'s on this device (None: not measurable)."""
+    return optimizer_ratios(opt, device).get("fused")

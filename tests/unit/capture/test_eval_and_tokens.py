@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections import UserDict
 
+import pytest
 import torch
 from torch import nn
 
 import stave
+from stave.analyze.breakdown import summarize_steps
 from stave.capture.steps import eval_runs_of
 
 
@@ -111,6 +113,12 @@ def test_self_sliced_integer_batches_give_samples_tokens_and_the_sdpa_kernel():
     rec = run.record
     for s in rec.counted_steps():
         assert (s.samples, s.tokens, s.real_tokens) == (8, 256, 256)
+    # tokens/s without a DataLoader: the tokens the model consumed over the counted steps' time
+    summary = summarize_steps(rec.steps)
+    wall_s = sum(s.duration_ns for s in rec.counted_steps()) / 1e9
+    assert summary.tokens_per_s == pytest.approx(256 * len(rec.counted_steps()) / wall_s, rel=1e-6)
+    assert summary.real_tokens_per_s == summary.tokens_per_s  # random ids: no token taken for padding
+    assert rec.config.pad_token_id is None
     cfg = rec.config
     assert cfg.sdpa_calls == 6
     assert cfg.sdpa_inputs["is_causal"] == "True" and cfg.sdpa_inputs["attn_mask"] == "none"

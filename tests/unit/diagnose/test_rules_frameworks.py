@@ -294,3 +294,59 @@ def test_per_token_cost_is_fitted_when_tokens_vary():
     assert padding.fitted_token_s(tokens, compute) == pytest.approx(1e-5, rel=1e-6)
     assert padding.fitted_token_s([512] * 20, [0.01] * 20) is None  # fixed-length padding: no fit
     assert padding.fitted_token_s(tokens[:4], compute[:4]) is None
+
+
+def test_unfused_optimizer_names_the_fastest_probed_implementation():
+    rec = opt_record()
+    rec.probes.optimizer_fused_ratio, rec.probes.optimizer_foreach_ratio = 0.8, 1.6  # fused slower here
+    f = run_rule("OPTIMIZER_UNFUSED", rec)
+    assert f is not None and f.evidence["best_implementation"] == "foreach"
+    assert "foreach=True" in f.fix and "fused=True" not in f.fix
+    assert f.evidence["fused_optimizer_s"] == pytest.approx(f.evidence["optimizer_s"] / 1.6, rel=1e-3)
+    timm = ff.framework_fix(f, healthy_config(framework="timm"))
+    assert "--opt-kwargs foreach=True" in timm
+    # Neither is faster on this machine: no finding, whatever the op count says.
+    rec.probes.optimizer_fused_ratio, rec.probes.optimizer_foreach_ratio = 0.9, 0.7
+    assert run_rule("OPTIMIZER_UNFUSED", rec) is None
+    assert optimizer.best_implementation(None, None) is None
+    assert optimizer.best_implementation(1.5, 1.5) == ("fused", 1.5)
+
+
+def test_eager_attention_priced_from_the_probe_at_the_runs_shape():
+    rec = lm_record(attn_q=0.3)
+    rec.config.attn_implementation = "eager"
+    rec.config.attention_geometry = [4, 8, 64, 1]
+    rec.config.forward_calls_per_step = 1.0
+    rec.probes.attention_eager_s, rec.probes.attention_sdpa_s = 0.004, 0.001
+    rec.probes.attention_probe = [8, 8, 512, 64]
+    f = run_rule("ATTENTION_EAGER", rec)
+    assert f is not None and "4.00x faster per call" in f.title
+    assert f.evidence["saved_s_per_step"] == pytest.approx(4 * 0.003)
+    assert f.evidence["attention_calls_per_step"] == 4
+    # SDPA no faster at this shape on this machine: no finding, whatever the FLOP share says.
+    rec.probes.attention_eager_s, rec.probes.attention_sdpa_s = 0.001, 0.0011
+    assert run_rule("ATTENTION_EAGER", rec) is None
+
+
+def test_probed_attention_saving_never_exceeds_forward_and_backward():
+    assert attention.probed_attention_saving_s(1.0, 0.1, 10, 2.0) == 2.0
+    assert attention.probed_attention_saving_s(0.1, 0.2, 10, 2.0) == 0.0
+
+
+# --- tokens/s and MFU ------------------------------------------------------------------------------
+
+
+def test_tokens_per_second_and_mfu_from_the_counted_flops():
+    from stave.analyze.mfu import model_flops_utilization
+
+    rec = lm_record()
+    summary = summarize_steps(rec.steps)
+    t = summary.step_time_median_s
+    assert summary.tokens_per_step == 512 and summary.real_tokens_per_step == 112
+    assert summary.real_tokens_per_s == pytest.approx(summary.tokens_per_s * 112 / 512)
+    rec.probes.fp32_matmul_flops_per_s = 1e12
+    util = model_flops_utilization(rec, summary)
+    assert util.flops_per_step == int(3e10) and util.peak_source.startswith("measured")
+    assert util.mfu == pytest.approx(3e10 / t / 1e12)
+    rec.probes.fp32_matmul_flops_per_s = None  # a CPU run without the probe: no peak, no MFU
+    assert model_flops_utilization(rec, summary) is None

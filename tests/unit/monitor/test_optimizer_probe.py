@@ -1,20 +1,51 @@
-"""The fused-optimizer probe: a ratio for unfused optimizers with a fused kernel, nothing otherwise."""
+"""The optimizer probe: ratios of the run's implementation to the others, on the run's own tensor sizes."""
 
 from __future__ import annotations
 
 import torch
 
+from stave.capture.config_probe import optimizer_info, param_size_counts
 from stave.measure.config import OptimizerInfo
-from stave.monitor.optimizer_probe import fused_optimizer_ratio
+from stave.monitor import optimizer_probe
+from stave.monitor.optimizer_probe import fused_optimizer_ratio, optimizer_ratios, probe_sizes, run_implementation
 
 
-def test_probe_measures_a_ratio_without_touching_global_rng():
+def test_probe_measures_ratios_for_the_other_implementations_without_touching_global_rng():
     state = torch.random.get_rng_state()
-    ratio = fused_optimizer_ratio(OptimizerInfo("AdamW", 20_000, 20, foreach=None, fused=None), "cpu")
-    assert ratio is not None and ratio > 0
+    ratios = optimizer_ratios(OptimizerInfo("AdamW", 20_000, 20, foreach=None, fused=None), "cpu")
+    assert set(ratios) == {"fused", "foreach"}  # on CPU the default is the per-tensor loop
+    assert all(r > 0 for r in ratios.values())
     assert torch.equal(state, torch.random.get_rng_state())
+    own_foreach = optimizer_ratios(OptimizerInfo("AdamW", 20_000, 20, foreach=True, fused=None), "cpu")
+    assert set(own_foreach) == {"fused", "loop"}
 
 
 def test_probe_skips_fused_and_unknown_optimizers():
     assert fused_optimizer_ratio(OptimizerInfo("AdamW", 100, 2, fused=True), "cpu") is None
     assert fused_optimizer_ratio(OptimizerInfo("LBFGS", 100, 2), "cpu") is None
+
+
+def test_run_implementation_follows_torch_defaults():
+    cpu = torch.device("cpu")
+    assert run_implementation(OptimizerInfo("AdamW", 1, 1, foreach=None), cpu) == "loop"
+    assert run_implementation(OptimizerInfo("AdamW", 1, 1, foreach=True), cpu) == "foreach"
+    assert run_implementation(OptimizerInfo("AdamW", 1, 1, fused=True), cpu) == "fused"
+
+
+def test_probe_rebuilds_the_runs_own_sizes_and_caps_the_total(monkeypatch):
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 2))
+    info = optimizer_info(torch.optim.AdamW(model.parameters()))
+    assert info.param_sizes == [[128, 1], [32, 1], [16, 3], [2, 1]]
+    assert sorted(probe_sizes(info)) == sorted(p.numel() for p in model.parameters())
+    # An old record without sizes: equal tensors of the mean size.
+    assert probe_sizes(OptimizerInfo("AdamW", 100, 4)) == [25] * 4
+    monkeypatch.setattr(optimizer_probe, "MAX_PROBE_VALUES", 89)
+    capped = probe_sizes(info)
+    assert len(capped) == 6 and sum(capped) <= 89 and capped[0] == int(128 * 89 / 210)
+
+
+def test_many_distinct_sizes_go_to_power_of_two_buckets():
+    counts = param_size_counts(list(range(1, 200)), max_sizes=64)
+    assert sum(c for _n, c in counts) == 199
+    assert all(n & (n - 1) == 0 for n, _c in counts)
+    assert param_size_counts([5, 5, 7]) == [[7, 1], [5, 2]]

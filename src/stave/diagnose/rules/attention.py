@@ -6,8 +6,11 @@ unfused matmul-softmax-matmul that materializes the full score matrix). The op c
 kernel ran; the first call's inputs say why a slower one was chosen. Hugging Face models loaded
 with ``attn_implementation="eager"`` skip SDPA altogether and always take the unfused path.
 
-The fused kernels' gain depends on sequence length and device: the estimate applies a conservative
-:data:`FUSED_ATTENTION_SPEEDUP` to attention's counted FLOP share of forward and backward.
+The fused kernels' gain depends on sequence length, head size and device. For eager attention a
+probe (monitor/attention_probe.py) times one call both ways at the run's own shape after the run;
+the saving is that difference times the calls per step (layers x forwards), and where SDPA is not
+faster there is no finding. Without the probe (and for the math-path finding), the estimate
+applies a conservative :data:`FUSED_ATTENTION_SPEEDUP` to attention's counted FLOP share.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from stave.analyze.step_model import phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.diagnose.rules._helpers import is_gpu, make_finding, saving_speedup, spread_saving
+from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, is_gpu, make_finding, saving_speedup, spread_saving
 from stave.diagnose.rules.padding import TOKEN_PHASES, attention_share
 
 # The fused kernels avoid writing and re-reading the LxL score matrix; FlashAttention's paper
@@ -70,27 +73,53 @@ def _estimate(inp: DoctorInput) -> tuple[float, float, float]:
     return saving_speedup(inp, spread_saving(inp, TOKEN_PHASES, saved), t), share, fwd_bwd
 
 
+def probed_attention_saving_s(eager_s: float, sdpa_s: float, calls_per_step: float, fwd_bwd_s: float) -> float:
+    """Seconds a step saves with SDPA: the probed per-call difference times the step's attention
+    calls, never more than the forward and backward there are."""
+    return min(max(0.0, eager_s - sdpa_s) * calls_per_step, fwd_bwd_s)
+
+
 @rule("ATTENTION_EAGER", kind="doctor")
 def attention_eager(inp: DoctorInput) -> Finding | None:
     """A Hugging Face model runs its eager attention where SDPA would serve."""
-    cfg = inp.record.config
+    record = inp.record
+    cfg, probes = record.config, record.probes
     if inp.summary.steps == 0 or cfg.attn_implementation != "eager":
         return None
-    est, share, fwd_bwd = _estimate(inp)
-    if share < MIN_ATTENTION_SHARE:
-        return None
+    t = inp.summary.step_time_median_s
+    fwd_bwd = sum(phase_s(inp.summary, p) for p in TOKEN_PHASES)
+    share = attention_share(inp)
+    evidence = {"attn_implementation": cfg.attn_implementation, "attention_share_of_flops": share,
+                "forward_backward_s": fwd_bwd, "attention_geometry": cfg.attention_geometry}
+    if probes.attention_eager_s is not None and probes.attention_sdpa_s is not None and cfg.attention_geometry:
+        calls = cfg.attention_geometry[0] * (cfg.forward_calls_per_step or 1.0)
+        saved = probed_attention_saving_s(probes.attention_eager_s, probes.attention_sdpa_s, calls, fwd_bwd)
+        est = saving_speedup(inp, spread_saving(inp, TOKEN_PHASES, saved), t)
+        ratio = probes.attention_eager_s / probes.attention_sdpa_s if probes.attention_sdpa_s > 0 else None
+        evidence.update({"probe_eager_s_per_call": probes.attention_eager_s, "probe_sdpa_s_per_call": probes.attention_sdpa_s,
+                         "probe_shape": probes.attention_probe, "attention_calls_per_step": calls,
+                         "saved_s_per_step": saved})
+        how = (f"SDPA measured {ratio:.2f}x faster per call here at [batch, heads, seq, head_dim] = "
+               f"{probes.attention_probe}" if ratio else "")
+        explanation = ("Estimate: the probe's eager-minus-SDPA seconds for one attention call (forward and "
+                       "backward, the run's shape and dtype, this machine) times the step's attention calls.")
+    else:
+        if share < MIN_ATTENTION_SHARE:
+            return None
+        est, share, fwd_bwd = _estimate(inp)
+        evidence["assumed_fused_speedup"] = FUSED_ATTENTION_SPEEDUP
+        how = f"{share:.0%} of its FLOPs"
+        explanation = (f"Estimate (no probe): attention's counted FLOP share of forward+backward runs "
+                       f"{FUSED_ATTENTION_SPEEDUP:g}x faster (the low end of what the fused kernels report).")
+    if est < REPORT_MIN_SPEEDUP:
+        return None  # SDPA is not faster here (short sequences, this device): nothing to gain
     return make_finding(
         "ATTENTION_EAGER",
         est,
-        f"the model's attention runs eagerly (attn_implementation=\"eager\", {share:.0%} of its FLOPs); "
-        "PyTorch's fused scaled_dot_product_attention would serve",
-        {"attn_implementation": cfg.attn_implementation, "attention_share_of_flops": share,
-         "forward_backward_s": fwd_bwd, "assumed_fused_speedup": FUSED_ATTENTION_SPEEDUP},
+        f"the model's attention runs eagerly (attn_implementation=\"eager\"): {how}",
+        evidence,
         'model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")  # or from_pretrained(..., attn_implementation="sdpa")',
-        explanation=(
-            f"Estimate: attention's counted FLOP share of forward+backward runs {FUSED_ATTENTION_SPEEDUP:g}x "
-            "faster (the low end of what the fused kernels report); check on your sequence lengths."
-        ),
+        explanation=explanation,
     )
 
 

@@ -160,6 +160,9 @@ def padding_waste(inp: DoctorInput) -> Finding | None:
         "fix_strategy": strategy,
         "attn_implementation": attn,
         "packing_supported": packing,
+        # Without an attention mask: the pad id real tokens were counted with, and its evidence.
+        "pad_token_id": inp.record.config.pad_token_id,
+        "pad_token_source": inp.record.config.pad_token_source,
     }
     if strategy == "longest":
         fix = """# Pad each batch to its own longest sample, not to a fixed length:

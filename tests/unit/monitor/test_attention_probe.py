@@ -1,0 +1,46 @@
+"""The attention probe: eager and SDPA attention timed at a given shape, the same result both ways."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from stave.capture.config_probe import attention_geometry
+from stave.monitor import attention_probe
+from stave.monitor.attention_probe import eager_attention, probe_attention
+
+
+def test_eager_path_computes_what_sdpa_computes():
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 16, 8, generator=gen) for _ in range(3))
+    for causal in (True, False):
+        assert torch.allclose(eager_attention(q, k, v, causal), F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                              atol=1e-5)
+
+
+def test_probe_times_both_sides_and_shrinks_a_batch_too_large(monkeypatch):
+    state = torch.random.get_rng_state()
+    times = probe_attention(4, 2, 32, 8, causal=True)
+    assert times is not None and times.eager_s > 0 and times.sdpa_s > 0
+    assert times.shape == (4, 2, 32, 8) and times.batch_scale == 1.0
+    assert torch.equal(state, torch.random.get_rng_state())
+    monkeypatch.setattr(attention_probe, "MAX_PROBE_BYTES", 2 * 2 * (7 * 32 * 8 * 4 + 4 * 32 * 32 * 4))
+    small = probe_attention(4, 2, 32, 8, causal=False)
+    assert small.shape[0] == 2 and small.batch_scale == 2.0
+    one_head = 7 * 32 * 8 * 4 + 4 * 32 * 32 * 4
+    monkeypatch.setattr(attention_probe, "MAX_PROBE_BYTES", one_head)  # one row of one head fits
+    fewer = probe_attention(4, 2, 32, 8, causal=False)
+    assert fewer.shape == (1, 1, 32, 8) and fewer.batch_scale == 8.0
+    monkeypatch.setattr(attention_probe, "MAX_PROBE_BYTES", one_head - 1)
+    assert probe_attention(4, 2, 32, 8, causal=False) is None
+    assert probe_attention(0, 2, 32, 8, causal=False) is None
+
+
+def test_geometry_from_hf_style_configs():
+    llama = type("C", (), {"num_hidden_layers": 4, "num_attention_heads": 8, "hidden_size": 512})()
+    assert attention_geometry(llama, "LlamaForCausalLM") == [4, 8, 64, 1]
+    gpt2 = type("C", (), {"n_layer": 2, "n_head": 4, "n_embd": 128})()
+    assert attention_geometry(gpt2, "GPT2LMHeadModel") == [2, 4, 32, 1]
+    bert = type("C", (), {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 128, "is_decoder": False})()
+    assert attention_geometry(bert, "BertForSequenceClassification") == [2, 4, 32, 0]
+    assert attention_geometry(object(), "Thing") == []
