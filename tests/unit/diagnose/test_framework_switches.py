@@ -110,3 +110,28 @@ def test_timm_batch_fix_names_the_grown_batch():
                       evidence={"samples_per_step": 32.0, "batch_growth": 4}, fix="batch_size = 128")
     text = ff.framework_fix(finding, ConfigSnapshot(framework="timm"))
     assert "--batch-size 128" in text
+    assert "--grad-accum-steps 1" in text
+
+
+def test_batch_fix_under_accumulation_grows_the_micro_batch_and_keeps_the_step():
+    from stave.diagnose.finding import Finding
+    from stave.measure.config import ConfigSnapshot
+
+    # 8 micro-batches of 4 per optimizer step, grown 4x: 2 micro-batches of 16, the same 32 samples.
+    finding = Finding(id="SMALL_BATCH", severity="warning", title="t", est_speedup=2.0,
+                      evidence={"samples_per_step": 32.0, "micro_batches_per_step": 8, "batch_growth": 4},
+                      fix="accumulation_steps = 2")
+    lightning = ff.framework_fix(finding, ConfigSnapshot(framework="lightning"))
+    assert "batch_size=16" in lightning and "accumulate_grad_batches=2" in lightning and "same lr" in lightning
+    hf = ff.framework_fix(finding, ConfigSnapshot(framework="hf_trainer"))
+    assert "per_device_train_batch_size=16" in hf and "gradient_accumulation_steps=2" in hf
+
+
+def test_eval_fix_names_the_rules_interval():
+    from stave.diagnose.finding import Finding
+    from stave.measure.config import ConfigSnapshot
+
+    finding = Finding(id="EVAL_OVERHEAD", severity="warning", title="t", est_speedup=2.0,
+                      evidence={"eval_interval_steps": 5.0, "eval_interval_steps_after": 200}, fix="every 200")
+    assert "val_check_interval=200" in ff.framework_fix(finding, ConfigSnapshot(framework="lightning"))
+    assert "eval_steps=200" in ff.framework_fix(finding, ConfigSnapshot(framework="hf_trainer"))
