@@ -37,6 +37,8 @@ class ChildRun:
     loss_steps: int = DEFAULT_LOSS_STEPS
     seed: int = 0
     timeout_s: float | None = None
+    # Round the model's initial weights to bf16: the loss check's yardstick run (stave.inject.perturb).
+    perturb_bf16: bool = False
 
     def command(self, out_path: str) -> list[str]:
         """The child's command line."""
@@ -44,6 +46,8 @@ class ChildRun:
                "--loss-steps", str(self.loss_steps), "--seed", str(self.seed)]
         if self.steps is not None:
             cmd += ["--steps", str(self.steps)]
+        if self.perturb_bf16:
+            cmd.append("--perturb-bf16")
         if self.target.module:
             cmd.append("-m")
         return cmd + ["--", self.target.name, *self.target.args]
