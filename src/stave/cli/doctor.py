@@ -109,10 +109,14 @@ def run_doctor(target: Target, args: argparse.Namespace) -> int:
                   "(ui.perfetto.dev, or stave trace PATH)", highlight=False, soft_wrap=True)
     interrupted = False
     if getattr(args, "verify", False):
-        from stave.cli.doctor_verify import run_verify
+        if outcome.exit_code != 0 or outcome.stopped_by == "interrupt":
+            # Nothing to compare against: a baseline that fails or was stopped would fail again.
+            err.print(f"stave doctor: --verify skipped: the script {_ending(outcome)}", highlight=False)
+        else:
+            from stave.cli.doctor_verify import run_verify
 
-        result.verification = run_verify(result, target, args, err)
-        interrupted = result.verification.interrupted
+            result.verification = run_verify(result, target, args, err)
+            interrupted = result.verification.interrupted
     show_and_write(result, json_path=args.json, html_path=args.html, timeline_path=args.timeline,
                    flamegraph_path=args.flamegraph, quiet=quiet)
     if outcome.exit_code != 0:

@@ -30,7 +30,7 @@ class VerifiedFinding:
 
     ``ratios``: baseline over fixed per measured pair (> 1: the fix is faster), ``measured_speedup``
     their median and ``interval`` their (min, max). ``statistic`` is what each run gives: its median
-    step time after warm-up ("step_s") or its samples per second ("samples_per_s"). ``loss``: the
+    step time after warm-up ("step_s"), its mean ("mean_step_s") or its samples per second ("samples_per_s"). ``loss``: the
     loss check (max_dev, tolerance, input_dev, passed, text), None when it was not run.
     """
 

@@ -6,8 +6,9 @@ For each of the top findings (rank order) whose fix can be injected (:mod:`stave
    (:func:`stave.inject.launch.run_child`) with the same seed. B's report says whether the fix
    applied; its first losses and input statistics against A's are the loss check (the ladder's,
    :class:`stave.bench.losscheck.LossCheck`): a fix that fails it is reported as reverted, not timed.
-2. ``pairs`` measured pairs A B A B ...; each run gives its median step time after warm-up
-   (samples per second when the fix changes the batch); each pair gives A over B. The measured
+2. ``pairs`` measured pairs A B A B ...; each run gives its median step time after warm-up (the
+   mean for once-per-epoch costs, samples per second when the fix changes the batch: the plan's
+   ``statistic``); each pair gives A over B. The measured
    speedup is the median of the pair ratios, the interval their min and max: interleaving puts
    both sides of a pair under the same disturbance of a shared machine.
 
@@ -112,9 +113,11 @@ class _Runner:
         return result
 
     def value(self, result: ChildResult, statistic: str) -> float | None:
-        """The run's number: median step time after warm-up, or samples per second."""
+        """The run's number: median (or mean) step time after warm-up, or samples per second."""
         if statistic == "samples_per_s":
             return result.samples_per_s(self.options.warmup)
+        if statistic == "mean_step_s":
+            return result.mean_step_s(self.options.warmup)
         return result.median_step_s(self.options.warmup)
 
     def loss_tolerance(self, baseline: ChildResult) -> float:
@@ -201,7 +204,7 @@ def _verify_one(runner: _Runner, finding: Finding, plan: FixPlan, item: Verified
             continue
         item.baseline_values.append(va)
         item.fixed_values.append(vb)
-        item.ratios.append(va / vb if plan.statistic == "step_s" else vb / va)
+        item.ratios.append(vb / va if plan.statistic == "samples_per_s" else va / vb)
     item.status = "kept" if item.ratios else "crashed"
     if not item.ratios:
         item.reason = item.reason or "no pair gave a timing"
@@ -248,9 +251,13 @@ def verify_plans(planned: Sequence[tuple[Finding, FixPlan]], target: Target, opt
             _verify_one(runner, finding, plan, item)
         except KeyboardInterrupt:
             verification.interrupted = True
-            item.status = "kept" if item.ratios else "interrupted"
-            item.reason = f"interrupted (Ctrl-C) after {len(item.ratios)} of {options.pairs} pairs"
+            if item.status in ("interrupted", "kept"):
+                item.status = "kept" if item.ratios else "interrupted"
+                item.reason = f"interrupted (Ctrl-C) after {len(item.ratios)} of {options.pairs} pairs"
             log.warning("verification interrupted: keeping what was measured")
-        events.finished(item)
+        try:
+            events.finished(item)
+        except KeyboardInterrupt:  # a second Ctrl-C while the line is shown: stop after this finding
+            verification.interrupted = True
     verification.notes.append(f"runs' files (results, script output) are in {work}")
     return verification

@@ -84,6 +84,11 @@ class ChildResult:
         times = self.step_times_s(warmup)
         return statistics.median(times) if len(times) >= 2 else None
 
+    def mean_step_s(self, warmup: int = 0) -> float | None:
+        """Mean step time after ``warmup`` steps: it keeps the once-per-epoch stalls a median drops."""
+        times = self.step_times_s(warmup)
+        return sum(times) / len(times) if len(times) >= 2 else None
+
     def samples_per_s(self, warmup: int = 0) -> float | None:
         """Samples per second over the steps after ``warmup`` (None when unknown)."""
         ends = self.step_end_s

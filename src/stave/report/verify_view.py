@@ -32,7 +32,7 @@ def measured_text(item: dict[str, Any]) -> str:
     if item.get("measured_speedup") is None:
         return "—"
     lo, hi = item["interval"]
-    unit = " (samples/s)" if item.get("statistic") == "samples_per_s" else ""
+    unit = {"samples_per_s": " (samples/s)", "mean_step_s": " (mean step)"}.get(item.get("statistic", ""), "")
     pairs = item.get("pairs", 0)
     return f"{fmt_speedup(item['measured_speedup'])} [{lo:.2f}–{hi:.2f}], {pairs} pair{'s' if pairs != 1 else ''}{unit}"
 
