@@ -1,9 +1,9 @@
 """The child process: run the user's script with a selection of fixes and write what the probe saw.
 
 ``python -m stave.inject.child --out RESULT.json --fixes JSON [--steps N] [--loss-steps K]
-[--seed S] [--perturb-bf16] [-m] -- SCRIPT [ARGS...]``. The result file (written atomically, also when the script
-fails or is interrupted) holds the fixes' report, the probe's measurements and how the script
-ended. The parent side is :mod:`stave.inject.launch`. Library code: it logs, it does not print.
+[--seed S] [--perturb-bf16] [-m] -- SCRIPT [ARGS...]``. The result file (written atomically, also
+when the script fails or is interrupted) holds the fixes' report, the probe's measurements and how
+the script ended. The parent side is :mod:`stave.inject.launch`. Library code: it logs, it does not print.
 """
 
 from __future__ import annotations
