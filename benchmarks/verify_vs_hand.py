@@ -33,7 +33,8 @@ from typing import Any, Sequence
 
 from benchmarks.scenarios import (PLANTED_DIR, ROOT, Scenario, ScenarioError, core_set, cpu_model, load_matrix,
                                   missing_modules, native_bf16_cpu, run_child, script_cmd, select, timing)
-from stave.files import atomic_write_json, atomic_write_text
+from benchmarks import scenarios
+from stave.files import atomic_write_json
 
 DOCS_PATH = ROOT / "docs" / "benchmarks.md"
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "verify_vs_hand.json"
@@ -170,15 +171,8 @@ def render_markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
 
 def write_docs(path: Path, markdown: str) -> None:
     """Replace the block between the verify markers (appended as a section when absent)."""
-    text = path.read_text(encoding="utf-8")
-    block = f"{DOCS_BEGIN}\n{markdown}\n{DOCS_END}"
-    if DOCS_BEGIN in text and DOCS_END in text:
-        head, rest = text.split(DOCS_BEGIN, 1)
-        text = head + block + rest.split(DOCS_END, 1)[1]
-    else:
-        text = (text.rstrip("\n") + "\n\n## `stave doctor --verify` against the hand-applied fix "
-                "(`benchmarks/verify_vs_hand.py`)\n\n" + block + "\n")
-    atomic_write_text(path, text)
+    scenarios.write_docs(path, markdown, DOCS_BEGIN, DOCS_END,
+                         "`stave doctor --verify` against the hand-applied fix (`benchmarks/verify_vs_hand.py`)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,7 +43,7 @@ def add_verify_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", action="store_true",
                    help="after the diagnosis, run the script again with each of the top 3 findings' fixes "
                         "injected (baseline and fixed interleaved) and report the measured speedup")
-    p.add_argument("--verify-top", type=int, metavar="N", help="verify the top N findings (implies --verify)")
+    p.add_argument("--verify-top", type=int, metavar="N", help="verify the top N findings about the job (implies --verify)")
     p.add_argument("--verify-pairs", type=int, metavar="N",
                    help="measured baseline/fixed pairs per finding, after a warm-up pair (default 3)")
     p.add_argument("--verify-steps", type=int, metavar="N",

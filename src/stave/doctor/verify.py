@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from stave.capture.runner import Target
-from stave.diagnose.finding import Finding, rank_findings
+from stave.diagnose.finding import MACHINE_IDS, Finding, rank_findings
 from stave.doctor.fix_map import FixPlan, plan_for
 from stave.doctor.verification import VerifiedFinding, Verification
 from stave.inject.launch import ChildResult, ChildRun, run_child
@@ -224,14 +224,26 @@ def verify(findings: Sequence[Finding], target: Target, options: VerifyOptions, 
     Never raises for a failing script or Ctrl-C: what was measured is returned, with
     ``interrupted`` set after Ctrl-C.
     """
-    top = rank_findings(list(findings))[: options.top]
+    ranked = rank_findings(list(findings))
+    # The top findings about the job: a finding about the machine (MACHINE_BUSY) has nothing to inject,
+    # and what it says (the timings are disturbed) goes into the notes instead.
+    top = [f for f in ranked if f.id not in MACHINE_IDS][: options.top]
     plans = [plan_for(f, options.allow_learning_changes) for f in top]
-    return verify_plans(list(zip(top, plans)), target, options, work_dir, events)
+    positions = [ranked.index(f) + 1 for f in top]
+    verification = verify_plans(list(zip(top, plans)), target, options, work_dir, events, positions)
+    busy = [f.id for f in ranked if f.id in MACHINE_IDS]
+    if busy:
+        verification.notes.insert(0, f"the doctor's run found {busy[0]}: other processes held the job's cores, so "
+                                     "these measurements are disturbed too (the intervals show how much)")
+    return verification
 
 
 def verify_plans(planned: Sequence[tuple[Finding, FixPlan]], target: Target, options: VerifyOptions,
-                 work_dir: str | None = None, events: VerifyEvents | None = None) -> Verification:
-    """Verify each finding with its given plan, in order (:func:`verify` with the plans chosen by the caller)."""
+                 work_dir: str | None = None, events: VerifyEvents | None = None,
+                 positions: Sequence[int] | None = None) -> Verification:
+    """Verify each finding with its given plan, in order (:func:`verify` with the plans chosen by the caller).
+
+    ``positions``: each finding's place in the doctor's ranked list (default 1, 2, ...)."""
     events = events or VerifyEvents()
     top = [f for f, _ in planned]
     plans = [p for _, p in planned]
@@ -239,7 +251,7 @@ def verify_plans(planned: Sequence[tuple[Finding, FixPlan]], target: Target, opt
     events.planned(planned_runs(plans, options.pairs))
     work = work_dir or tempfile.mkdtemp(prefix="stave-verify-")
     runner = _Runner(target, options, work, events)
-    for rank, (finding, plan) in enumerate(zip(top, plans), start=1):
+    for rank, finding, plan in zip(positions or range(1, len(top) + 1), top, plans):
         item = VerifiedFinding(finding.id, rank, finding.title, finding.est_speedup,
                                "not_verifiable" if not plan.injectable else "interrupted",
                                fixes=plan.label(), reason=plan.reason, statistic=plan.statistic,

@@ -68,7 +68,8 @@ def test_verify_on_a_planted_script(tmp_path: Path, stave_env: dict[str, str], r
 
     validate_doctor_json(report)
     verify = report["verify"]
-    assert [f["id"] for f in verify["findings"]] == [f["id"] for f in report["findings"][:3]]
+    job_findings = [f["id"] for f in report["findings"] if f["id"] != "MACHINE_BUSY"]
+    assert [f["id"] for f in verify["findings"]] == job_findings[:3]
     threads = [f for f in verify["findings"] if f["id"] == "THREAD_OVERSUBSCRIPTION"]
     assert threads, "the planted oversubscription is among the top findings"
     item = threads[0]

@@ -149,6 +149,15 @@ class _Recorder(VerifyEvents):
         self.done.append(item.finding_id)
 
 
+def test_machine_findings_do_not_take_a_place_in_the_top(monkeypatch, tmp_path) -> None:
+    _install(monkeypatch, _Fake(lambda run, n: _result(0.05, fixes=_applied(["threads"]))))
+    findings = [_finding("MACHINE_BUSY", 1.5), _finding("THREAD_OVERSUBSCRIPTION", 1.3, cores_usable=2)]
+    out = verify(findings, Target("t.py"), VerifyOptions(top=1, pairs=1, steps=10, warmup=2), str(tmp_path))
+    # Its rank stays the doctor's (2nd in the report), though it is the first verified.
+    assert [f.finding_id for f in out.findings] == ["THREAD_OVERSUBSCRIPTION"] and out.findings[0].rank == 2
+    assert "MACHINE_BUSY" in out.notes[0]
+
+
 def test_options_are_validated() -> None:
     with pytest.raises(ValueError, match="steps"):
         VerifyOptions(steps=4, warmup=3)
