@@ -109,4 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Out at once, the result written: a thread or process pool the script left running must not
+    # hold the run until its time limit, and the script's atexit handlers would repeat its writes.
+    os._exit(code)

@@ -44,11 +44,14 @@ def outcome_text(item: dict[str, Any]) -> str:
     if status == "not_verifiable":
         parts = [item.get("reason") or _STATUS_TEXT[status]]
     else:
-        parts = [_STATUS_TEXT.get(status, status)]
+        word = _STATUS_TEXT.get(status, status)
+        reason = item.get("reason")
+        # "interrupted (Ctrl-C) after ..." says the status itself.
+        parts = [] if reason and reason.startswith(word) else [word]
         if loss.get("text") and status == "kept":
             parts.append(loss["text"])
-        if item.get("reason"):
-            parts.append(item["reason"])
+        if reason:
+            parts.append(reason)
     if item.get("changes_learning"):
         parts.append("changes what is learned per step")
     return "; ".join(parts)
