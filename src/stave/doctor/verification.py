@@ -16,6 +16,7 @@ STATUSES = (
     "not_applicable",  # the fix does not apply on this machine (reason)
     "no_effect",       # the fix found nothing to change in this script (reason)
     "not_verifiable",  # no injectable fix: it needs a code change
+    "unmeasured",      # the runs gave no step timings (the script ended before warm-up + 3 steps)
     "baseline_failed", # the script failed without any fix
     "interrupted",     # Ctrl-C before it was measured
 )

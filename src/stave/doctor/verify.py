@@ -131,10 +131,10 @@ class _Runner:
         return self._tolerance
 
 
-def _crash_text(result: ChildResult) -> str:
+def _crash_text(result: ChildResult, when: str = "with the fix") -> str:
     last = [line for line in result.stderr_tail.strip().splitlines() if line.strip()]
     detail = result.error or (last[-1] if last else f"exit code {result.exit_code}")
-    return f"the script failed with the fix: {detail}"
+    return f"the script failed {when}: {detail}"
 
 
 def loss_check(fixed: ChildResult, baseline: ChildResult, tolerance: float) -> dict[str, Any]:
@@ -171,7 +171,7 @@ def _verify_one(runner: _Runner, finding: Finding, plan: FixPlan, item: Verified
     base = runner.run(finding.id, "baseline warm-up")
     runs_left -= 1
     if not base.ok:
-        item.status, item.reason = "baseline_failed", _crash_text(base).replace("with the fix", "without any fix")
+        item.status, item.reason = "baseline_failed", _crash_text(base, "without any fix")
         runner.events.skipped_runs(runs_left)
         return
     fixed = runner.run(finding.id, "fixed warm-up", selection)
@@ -205,9 +205,10 @@ def _verify_one(runner: _Runner, finding: Finding, plan: FixPlan, item: Verified
         item.baseline_values.append(va)
         item.fixed_values.append(vb)
         item.ratios.append(vb / va if plan.statistic == "samples_per_s" else va / vb)
-    item.status = "kept" if item.ratios else "crashed"
+    item.status = "kept" if item.ratios else "unmeasured"
     if not item.ratios:
-        item.reason = item.reason or "no pair gave a timing"
+        item.reason = (f"no pair gave a timing: each run needs at least {options.warmup + 3} steps "
+                       f"({item.reason or 'the script ended earlier'})")
 
 
 def planned_runs(plans: Sequence[FixPlan], pairs: int) -> int:

@@ -21,6 +21,7 @@ _STATUS_TEXT = {
     "not_applicable": "does not apply here",
     "no_effect": "nothing to change",
     "not_verifiable": "not verifiable without code change",
+    "unmeasured": "unmeasured",
     "baseline_failed": "script failed without a fix",
     "interrupted": "interrupted",
 }

@@ -158,6 +158,14 @@ def test_machine_findings_do_not_take_a_place_in_the_top(monkeypatch, tmp_path) 
     assert "MACHINE_BUSY" in out.notes[0]
 
 
+def test_runs_too_short_for_a_median_are_unmeasured(monkeypatch, tmp_path) -> None:
+    short = ChildResult(0, "end", step_end_s=[0.1, 0.2, 0.3], samples=[8] * 3, losses=LOSSES[:3],
+                        fixes=_applied(["threads"]))
+    monkeypatch.setattr(verify_mod, "run_child", lambda run, w, name="": short)
+    out = verify([_finding("THREAD_OVERSUBSCRIPTION", 1.3, cores_usable=2)], Target("t.py"), OPTIONS, str(tmp_path))
+    assert out.findings[0].status == "unmeasured" and "at least 5 steps" in out.findings[0].reason
+
+
 def test_options_are_validated() -> None:
     with pytest.raises(ValueError, match="steps"):
         VerifyOptions(steps=4, warmup=3)
