@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+from torch.optim import optimizer as optim_module
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from stave.errors import UsageError
@@ -168,6 +169,31 @@ def test_autocast_keeps_the_scripts_own_region() -> None:
     finally:
         applied.undo()
     assert out.dtype == torch.bfloat16 and applied.hits == 0 and "already" in applied.notes[0]
+
+
+def test_fp16_autocast_scales_the_loss_and_unscales_before_the_step() -> None:
+    torch.manual_seed(0)
+    model, reference = nn.Linear(4, 2), nn.Linear(4, 2)
+    reference.load_state_dict(model.state_dict())
+    x = torch.randn(8, 4)
+    with torch.autocast("cpu", dtype=torch.float16):
+        reference(x).float().pow(2).mean().backward()
+    raw: list[float] = []
+    model.weight.register_hook(lambda g: raw.append(float(g.abs().max())))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen: list[torch.Tensor] = []
+    applied = _install("autocast", GPU, dtype="fp16")  # installed directly: fp16 on a CPU for the test
+    hook = optim_module.register_optimizer_step_pre_hook(lambda o, a, k: seen.append(model.weight.grad.clone()))
+    try:
+        model(x).pow(2).mean().backward()
+        opt.step()
+    finally:
+        hook.remove()
+        applied.undo()
+    # Scaled in backward (GradScaler's initial 2**16), unscaled again before the optimizer saw it.
+    assert raw[0] == pytest.approx(float(reference.weight.grad.abs().max()) * 2**16, rel=1e-2)
+    assert torch.allclose(seen[0], reference.weight.grad, rtol=1e-2, atol=1e-4)
+    assert torch.autograd.backward.__module__ == "torch.autograd"
 
 
 # --- channels_last -----------------------------------------------------------------------------

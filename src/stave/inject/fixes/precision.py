@@ -88,18 +88,26 @@ def _apply(applied: Applied, params: dict[str, Any], machine: Machine) -> None:
 
 
 def _install_loss_scaling(applied: Applied) -> None:
-    """What a GradScaler does around backward and the optimizer step, without touching the script."""
-    scaler = torch.amp.GradScaler("cuda")
+    """What a GradScaler does around backward and the optimizer step, without touching the script.
+
+    The scaler is made at the first scaled backward, for the loss's device.
+    """
+    scalers: list[Any] = []
     original_backward = torch.autograd.backward
 
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(tensors, torch.Tensor) and tensors.dim() == 0 and tensors.is_floating_point():
-            tensors = scaler.scale(tensors)
+            if not scalers:
+                scalers.append(torch.amp.GradScaler(tensors.device.type))
+            tensors = scalers[0].scale(tensors)
         return original_backward(tensors, *args, **kwargs)
 
     patch_attr(applied, torch.autograd, "backward", backward)
 
     def pre_step(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not scalers:
+            return
+        scaler = scalers[0]
         scaler.unscale_(opt)
         found = sum(float(v.item()) for v in scaler._found_inf_per_device(opt).values())
         if found:
@@ -110,7 +118,8 @@ def _install_loss_scaling(applied: Applied) -> None:
             applied.note("skipped optimizer steps whose fp16 gradients overflowed (the scale is lowered)")
 
     def post_step(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        scaler.update()
+        if scalers:
+            scalers[0].update()
 
     handles = [optim_module.register_optimizer_step_pre_hook(pre_step),
                optim_module.register_optimizer_step_post_hook(post_step)]
