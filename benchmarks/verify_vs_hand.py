@@ -3,8 +3,9 @@
 For each selected scenario of ``benchmarks/scenarios/matrix.toml`` (its first variant: 2 cores, no
 hog) whose expected finding has an injectable fix (:data:`stave.doctor.fix_map.FIX_MAP`):
 
-1. ``stave doctor --steps N --verify-top 1 --verify-pairs P --json`` on the planted script: the top
-   finding, its estimate, the injected fix's measured speedup and interval (``P`` pairs);
+1. ``stave doctor --steps N --verify-top K --verify-pairs P --json`` on the planted script (K = 1 by
+   default): the verified finding that is the expected one (else the top one), its estimate, the
+   injected fix's measured speedup and interval (``P`` pairs);
 2. the hand fix: one warm-up pair, then ``P`` interleaved pairs of plain runs, planted and
    ``--fixed`` (the script's own timing line, the scenario's statistic): the median pair ratio and
    its min-max;
@@ -15,7 +16,7 @@ Results go to a JSON file after every scenario (atomic) and, with ``--write-docs
 ``verify`` markers of docs/benchmarks.md.
 
     PYTHONPATH=src python -m benchmarks.verify_vs_hand [--only NAME,...] [--pairs 5] [--steps N]
-        [--out PATH] [--write-docs] [--from-json PATH]
+        [--verify-top K] [--out PATH] [--write-docs] [--from-json PATH]
 """
 
 from __future__ import annotations
@@ -90,11 +91,11 @@ def injectable_expectations() -> set[str]:
     return set(FIX_MAP) - {"SMALL_BATCH"}
 
 
-def doctor_verify_cmd(scenario: Scenario, steps: int, pairs: int, json_path: Path) -> list[str]:
-    """The planted script under ``stave doctor --verify-top 1``."""
+def doctor_verify_cmd(scenario: Scenario, steps: int, pairs: int, json_path: Path, top: int = 1) -> list[str]:
+    """The planted script under ``stave doctor --verify-top TOP``."""
     variant = scenario.variants[0]
     return [sys.executable, "-m", "stave", "doctor", "--quiet", "--steps", str(steps), "--warmup",
-            str(scenario.warmup), "--verify-top", "1", "--verify-pairs", str(pairs), "--json", str(json_path),
+            str(scenario.warmup), "--verify-top", str(top), "--verify-pairs", str(pairs), "--json", str(json_path),
             str(PLANTED_DIR / scenario.script), "--steps", str(steps), *variant.args]
 
 
@@ -104,7 +105,7 @@ def hand_ratio(scenario: Scenario, a: dict[str, Any], b: dict[str, Any]) -> floa
     return b[stat] / a[stat] if stat == "samples_per_s" else a[stat] / b[stat]
 
 
-def measure(scenario: Scenario, pairs: int, steps: int, tmp: Path) -> Row:
+def measure(scenario: Scenario, pairs: int, steps: int, tmp: Path, top: int = 1) -> Row:
     """One row: --verify, then the hand fix's interleaved pairs (after a warm-up pair)."""
     row = Row(scenario.name, scenario.expect, scenario.statistic)
     started = time.perf_counter()
@@ -112,11 +113,11 @@ def measure(scenario: Scenario, pairs: int, steps: int, tmp: Path) -> Row:
     try:
         json_path = tmp / f"{scenario.name}.json"
         row.load_avg_1min.append(os.getloadavg()[0])
-        run_child(doctor_verify_cmd(scenario, steps, pairs, json_path), cpus, DOCTOR_TIMEOUT_S)
+        run_child(doctor_verify_cmd(scenario, steps, pairs, json_path, top), cpus, DOCTOR_TIMEOUT_S)
         report = json.loads(json_path.read_text(encoding="utf-8"))
         verified = (report.get("verify") or {}).get("findings") or []
         if verified:
-            item = verified[0]
+            item = next((v for v in verified if v["id"] == scenario.expect), verified[0])
             row.top, row.est_speedup, row.fixes = item["id"], item["est_speedup"], item["fixes"]
             row.verify_status, row.verify_speedup = item["status"], item["measured_speedup"]
             row.verify_interval, row.verify_pairs = item["interval"], item["pairs"]
@@ -181,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", metavar="PATTERN", help="scenarios to run (as benchmarks/scenarios.py --only)")
     parser.add_argument("--pairs", type=int, default=MIN_PAIRS_FOR_INTERVAL, help="pairs per side (default 5)")
     parser.add_argument("--steps", type=int, help="steps per run (default: the scenario's quick_steps)")
+    parser.add_argument("--verify-top", type=int, default=1,
+                        help="findings --verify measures; the expected one among them is compared (default 1)")
     parser.add_argument("--out", default=str(DEFAULT_OUT))
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--from-json", metavar="PATH", help="render (and --write-docs) a results file, run nothing")
@@ -212,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     meta: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{cpu_model()}, {os.cpu_count()} cores, native bf16: {native_bf16_cpu()}",
-        "pairs": args.pairs, "steps": args.steps or "quick_steps",
+        "pairs": args.pairs, "steps": args.steps or "quick_steps", "verify_top": args.verify_top,
         "command": "python -m benchmarks.verify_vs_hand " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
 
@@ -225,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="stave-verify-bench-") as tmp:
         for sc in runnable:
             print(f"{sc.name}: --verify and the hand fix, {args.pairs} pairs each ...", file=sys.stderr, flush=True)
-            row = measure(sc, args.pairs, args.steps or sc.quick_steps, Path(tmp))
+            row = measure(sc, args.pairs, args.steps or sc.quick_steps, Path(tmp), args.verify_top)
             rows.append(row)
             save()
             print(f"  top {row.top}: --verify {_x(row.verify_speedup)} ({row.verify_status}), hand "
