@@ -147,7 +147,7 @@ def render_markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
         "",
         f"Command: `{meta['command']}`",
         "",
-        "| scenario | top finding (expected) | injected fix | estimate | --verify [interval] | hand fix [min-max] | verdict |",
+        "| scenario | finding verified (expected, when another) | injected fix | estimate | --verify [interval] | hand fix [min-max] | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:

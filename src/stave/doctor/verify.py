@@ -14,7 +14,9 @@ For each of the top findings (rank order) whose fix can be injected (:mod:`stave
 
 The loss tolerance is the ladder's: :data:`~stave.bench.losscheck.LOSS_REL_TOL`, or
 :data:`~stave.bench.losscheck.LOSS_NOISE_FACTOR` times how far rounding the initial weights to bf16
-moves this job's losses (one extra run, made once). A fix that crashes the script is reported and
+moves this job's losses (one extra run, made once). For a fix that moves random draws to other
+generators (loader workers), the input statistics may differ as much as another seed makes them
+(times :data:`INPUT_NOISE_FACTOR`; one more run, made once). A fix that crashes the script is reported and
 the next finding tried. Ctrl-C stops the current run and keeps everything measured so far.
 The user's files are never edited; each run repeats the script's own writes.
 """
@@ -32,6 +34,7 @@ from stave.diagnose.finding import MACHINE_IDS, Finding, rank_findings
 from stave.doctor.fix_map import FixPlan, plan_for
 from stave.doctor.verification import VerifiedFinding, Verification
 from stave.inject.launch import ChildResult, ChildRun, run_child
+from stave.inject.registry import get_unit
 from stave.inject.selection import Selection
 
 log = logging.getLogger(__name__)
@@ -47,6 +50,12 @@ DEFAULT_RUN_STEPS = 30
 DEFAULT_RUN_WARMUP = 5
 # A run past this many seconds is stopped (and counts as crashed): a hung fix must not hang --verify.
 DEFAULT_RUN_TIMEOUT_S = 600.0
+# For a fix that moves random draws to other generators (loader workers), the input statistics may
+# differ from the baseline's as much as another seed's do; twice that seed-to-seed deviation is
+# allowed (a lost normalization still moves them by 0.5-4 sd, far beyond a few batches' noise).
+INPUT_NOISE_FACTOR = 2.0
+# The seed of the input-noise yardstick run: any other than the runs' own.
+NOISE_SEED_OFFSET = 1
 
 
 @dataclass(frozen=True)
@@ -102,12 +111,14 @@ class _Runner:
         self.events = events
         self.count = 0
         self._tolerance: float | None = None
+        self._input_tolerance: float | None = None
 
-    def run(self, finding_id: str, label: str, selection: Selection | None = None, perturb: bool = False) -> ChildResult:
+    def run(self, finding_id: str, label: str, selection: Selection | None = None, perturb: bool = False,
+            seed_offset: int = 0) -> ChildResult:
         self.events.run_started(finding_id, label)
         self.count += 1
-        spec = ChildRun(self.target, selection or Selection(), steps=self.options.steps, seed=self.options.seed,
-                        timeout_s=self.options.timeout_s, perturb_bf16=perturb)
+        spec = ChildRun(self.target, selection or Selection(), steps=self.options.steps,
+                        seed=self.options.seed + seed_offset, timeout_s=self.options.timeout_s, perturb_bf16=perturb)
         result = run_child(spec, self.work_dir, f"{self.count:03d}-{finding_id}-{label.replace(' ', '-')}")
         self.events.run_done(finding_id, result)
         return result
@@ -130,6 +141,18 @@ class _Runner:
             self._tolerance = max(LOSS_REL_TOL, LOSS_NOISE_FACTOR * max(devs, default=0.0))
         return self._tolerance
 
+    def input_tolerance(self, baseline: ChildResult) -> float:
+        """The input-statistics tolerance for a fix that reseeds random draws: the ladder's, or
+        :data:`INPUT_NOISE_FACTOR` times how far another seed moves this job's input statistics."""
+        from stave.bench.losscheck import INPUT_STAT_TOL
+
+        if self._input_tolerance is None:
+            other = self.run("loss-check", "input-noise yardstick", seed_offset=NOISE_SEED_OFFSET)
+            dev = stats_deviation_of(other, baseline)
+            noise = dev if dev is not None and math.isfinite(dev) else 0.0
+            self._input_tolerance = max(INPUT_STAT_TOL, INPUT_NOISE_FACTOR * noise)
+        return self._input_tolerance
+
 
 def _crash_text(result: ChildResult, when: str = "with the fix") -> str:
     last = [line for line in result.stderr_tail.strip().splitlines() if line.strip()]
@@ -137,20 +160,31 @@ def _crash_text(result: ChildResult, when: str = "with the fix") -> str:
     return f"the script failed {when}: {detail}"
 
 
-def loss_check(fixed: ChildResult, baseline: ChildResult, tolerance: float) -> dict[str, Any]:
-    """The ladder's loss check of ``fixed`` against ``baseline`` (same seed, same first steps)."""
+def stats_deviation_of(run: ChildResult, baseline: ChildResult) -> float | None:
+    """The ladder's input-statistics deviation of ``run`` from ``baseline`` (None when not comparable)."""
     import torch
 
-    from stave.bench.losscheck import LossCheck, stats_deviation
+    from stave.bench.losscheck import stats_deviation
 
     def stats(r: ChildResult) -> Any:
         return torch.tensor(r.input_stats, dtype=torch.float64) if r.input_stats else None
 
+    return stats_deviation(stats(run), stats(baseline))
+
+
+def loss_check(fixed: ChildResult, baseline: ChildResult, tolerance: float,
+               input_tolerance: float | None = None) -> dict[str, Any]:
+    """The ladder's loss check of ``fixed`` against ``baseline`` (same seed, same first steps);
+    ``input_tolerance``: the input statistics' (default the ladder's)."""
+    from stave.bench.losscheck import INPUT_STAT_TOL, LossCheck
+
+    in_tol = INPUT_STAT_TOL if input_tolerance is None else input_tolerance
     check = LossCheck(tuple(fixed.losses), tuple(baseline.losses), tolerance,
-                      input_dev=stats_deviation(stats(fixed), stats(baseline)))
+                      input_dev=stats_deviation_of(fixed, baseline), input_tolerance=in_tol)
     max_dev = check.max_dev
     return {"max_dev": max_dev if math.isfinite(max_dev) else None, "tolerance": tolerance,
-            "input_dev": check.input_dev, "steps": len(check.losses), "passed": check.passed,
+            "input_dev": check.input_dev, "input_tolerance": in_tol, "steps": len(check.losses),
+            "passed": check.passed,
             "text": check.describe() if check.losses or check.input_dev is not None else "no loss seen to compare"}
 
 
@@ -185,7 +219,8 @@ def _verify_one(runner: _Runner, finding: Finding, plan: FixPlan, item: Verified
     if plan.changes_learning:
         item.loss = {"passed": None, "text": "not compared: the fix changes what is learned per step"}
     else:
-        item.loss = loss_check(fixed, base, runner.loss_tolerance(base))
+        item.loss = loss_check(fixed, base, runner.loss_tolerance(base),
+                               runner.input_tolerance(base) if _reseeds(plan) else None)
         if not item.loss["passed"]:
             item.status, item.reason = "reverted", f"loss check failed: {item.loss['text']}"
             runner.events.skipped_runs(runs_left)
@@ -211,11 +246,17 @@ def _verify_one(runner: _Runner, finding: Finding, plan: FixPlan, item: Verified
                        f"({item.reason or 'the script ended earlier'})")
 
 
+def _reseeds(plan: FixPlan) -> bool:
+    """Whether one of the plan's fixes moves random draws to other generators (see FixUnit.reseeds)."""
+    return any(u is not None and u.reseeds for u in (get_unit(r.id) for r in plan.requests))
+
+
 def planned_runs(plans: Sequence[FixPlan], pairs: int) -> int:
-    """Child runs a verification of ``plans`` makes at most (the yardstick run included)."""
+    """Child runs a verification of ``plans`` makes at most (the yardstick runs included)."""
     injectable = [p for p in plans if p.injectable]
     checked = [p for p in injectable if not p.changes_learning]
-    return len(injectable) * (2 + 2 * pairs) + (1 if checked else 0)
+    yardsticks = (1 if checked else 0) + (1 if any(_reseeds(p) for p in checked) else 0)
+    return len(injectable) * (2 + 2 * pairs) + yardsticks
 
 
 def verify(findings: Sequence[Finding], target: Target, options: VerifyOptions, work_dir: str | None = None,

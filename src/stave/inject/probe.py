@@ -1,5 +1,7 @@
 """What the child measures while the script runs: step ends, samples, the first losses and input statistics.
 
+Input statistics cover the first :data:`INPUT_STATS_STEPS` steps, the losses the first few.
+
 Light on purpose (no sampler thread, no per-phase timing): the child's numbers are compared
 between runs, so the probe must cost the same in each and as little as possible. A step ends at
 the first optimizer's ``step()`` (the one seen first), as the doctor counts steps. On a GPU the
@@ -22,6 +24,11 @@ from stave.inject.outermost import Listener, has_parameters, is_training_call, l
 
 # Steps between synchronizations on a GPU (the step times in between are the host's view).
 SYNC_EVERY = 10
+# Input statistics are summed over this many first steps (all of a shorter run): the losses are
+# compared over a few steps only, but a fix that moves random augmentations to other generators
+# (loader workers) changes a few batches' statistics by sampling noise alone (0.12 sd over 4
+# batches of 16 augmented images); more batches shrink that noise.
+INPUT_STATS_STEPS = 64
 
 
 class StopProbe(BaseException):
@@ -77,7 +84,7 @@ class StepProbe:
             return None
         tensor = _first_tensor(args)
         self._step_samples = int(tensor.shape[0]) if tensor is not None and tensor.dim() > 0 else 0
-        if len(self.step_end_ns) < self.loss_steps:
+        if len(self.step_end_ns) < INPUT_STATS_STEPS:
             self._add_stats(tensor)
         return None
 

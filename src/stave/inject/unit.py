@@ -106,6 +106,9 @@ class FixUnit:
     model_input: str | None = None
     numeric: bool = False
     changes_learning: bool = False
+    # Random draws move to other generators (loader workers seed their own): the inputs then differ
+    # from the baseline's by sampling noise, which a loss check must allow for.
+    reseeds: bool = False
     applicable: ApplicableFn = _always
     gpu_only: bool = False
 

@@ -45,6 +45,10 @@ class _Fake:
         self.runs.append(run)
         if run.perturb_bf16:
             return _result(self.baseline_s, [v * 1.0001 for v in LOSSES])
+        if run.seed != OPTIONS.seed:  # the input-noise yardstick: another seed's augmentations
+            noisy = _result(self.baseline_s)
+            noisy.input_stats = [[0.15, 1.0], [0.1, 0.9]]
+            return noisy
         if not run.selection.fixes:
             return _result(self.baseline_s)
         return self.fixed(run, sum(1 for r in self.runs if r.selection.fixes))
@@ -164,6 +168,22 @@ def test_runs_too_short_for_a_median_are_unmeasured(monkeypatch, tmp_path) -> No
     monkeypatch.setattr(verify_mod, "run_child", lambda run, w, name="": short)
     out = verify([_finding("THREAD_OVERSUBSCRIPTION", 1.3, cores_usable=2)], Target("t.py"), OPTIONS, str(tmp_path))
     assert out.findings[0].status == "unmeasured" and "at least 5 steps" in out.findings[0].reason
+
+
+def test_a_worker_fix_is_allowed_the_input_noise_another_seed_shows(monkeypatch, tmp_path) -> None:
+    def fixed(run: ChildRun, n: int) -> ChildResult:
+        moved = _result(0.05, fixes=_applied(["num_workers", "persistent_workers"]))
+        moved.input_stats = [[0.2, 1.0], [0.1, 0.9]]  # 0.2 sd: over the ladder's 0.1, within 2 x 0.15
+        return moved
+
+    fake = _Fake(fixed)
+    _install(monkeypatch, fake)
+    out = verify([_finding("DATA_CPU_BOUND", 1.5, suggested_workers=2)], Target("t.py"),
+                 VerifyOptions(pairs=1, steps=10, warmup=2), str(tmp_path))
+    item = out.findings[0]
+    assert item.status == "kept", item.reason
+    assert item.loss["input_tolerance"] == pytest.approx(0.3) and item.loss["input_dev"] == pytest.approx(0.2)
+    assert sum(1 for r in fake.runs if r.seed != OPTIONS.seed) == 1
 
 
 def test_options_are_validated() -> None:

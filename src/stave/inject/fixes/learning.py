@@ -66,4 +66,5 @@ BATCH_SIZE = register(FixUnit(
     model_input="batch_scale",
     numeric=True,
     changes_learning=True,
+    reseeds=True,
 ))

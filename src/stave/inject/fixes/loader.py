@@ -53,6 +53,7 @@ NUM_WORKERS = register(FixUnit(
     undo_doc="DataLoader.__init__ restored; loaders built while it was applied keep their workers",
     no_hit=NO_LOADER,
     model_input="workers",
+    reseeds=True,
 ))
 
 
