@@ -325,6 +325,25 @@ def set_cudnn_benchmark(enabled: bool) -> bool:
     return previous
 
 
+def tf32_enabled() -> bool:
+    """Whether fp32 matmuls and convolutions may use TF32 tensor cores (matmul and cuDNN flags both on)."""
+    return bool(torch.backends.cuda.matmul.allow_tf32) and bool(torch.backends.cudnn.allow_tf32)
+
+
+def set_tf32(enabled: bool) -> tuple[bool, bool]:
+    """Allow (or forbid) TF32 for fp32 matmuls and cuDNN convolutions (process-wide); returns the
+    previous (matmul, cudnn) flags for :func:`restore_tf32`."""
+    previous = (bool(torch.backends.cuda.matmul.allow_tf32), bool(torch.backends.cudnn.allow_tf32))
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+    return previous
+
+
+def restore_tf32(previous: tuple[bool, bool]) -> None:
+    """Set the TF32 flags back to what :func:`set_tf32` returned."""
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = previous
+
+
 def make_graphed_module(module: torch.nn.Module, sample_inputs: torch.Tensor) -> Callable[..., Any]:
     """``module``'s forward and backward captured as CUDA graphs for inputs shaped like ``sample_inputs``.
 

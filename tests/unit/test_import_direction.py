@@ -44,6 +44,9 @@ ALLOWED: dict[str, set[str]] = {
     # The loader shards by rank, read from the launcher's variables as the doctor reads them.
     "data": {"device", "dist.env"},
     "bench": {"measure", "device", "analyze", "data", "train"},
+    # Fixes injected into the user's script: they run it through capture's runner, set device flags
+    # through device, and reuse train's optimizer switch and precision choice.
+    "inject": {"device", "capture", "train"},
     # Entry points: the command line, ``python -m stave`` and ``stave.watch()`` call the facades and render.
     "api": _MEASURING | {"analyze", "diagnose", "doctor", "report"},
     "cli": _MEASURING | {"analyze", "diagnose", "doctor", "report", "data", "train", "bench"},
