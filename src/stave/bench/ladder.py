@@ -242,27 +242,13 @@ class Climb:
         return RungResult(rung.name, rung.title, REVERTED, reason, trials, None, worst), current
 
     def _grow(self, plan: Plan, current: RunConfig, trials: list[Trial]) -> Trial | None:
-        """Candidates in order, each against the best so far; stop after ``GROW_PATIENCE`` non-gains
-        in a row, or at the first failure. Appends every trial to ``trials``; returns the last kept."""
-        chosen: Trial | None = None
-        base = current
-        misses = 0
-        for label, changes in plan.candidates:
-            trial = self.evaluate(label, changes, base)
-            trials.append(trial)
-            if trial.accepted:
-                chosen, base, misses = trial, trial.config, 0
-                continue
-            if trial.revert_kind == REVERT_ERROR:
-                # A larger batch or more workers fail the same way (out of memory, a worker crash).
-                break
-            misses += 1
+        """:func:`grow_search` over ``plan``; a candidate that did not help gives back its session."""
+
+        def missed(base: RunConfig) -> None:
             # The candidate's session (its model, its workers) is not needed by the next candidate.
             self.drop_sessions({base, current})
-            if misses >= GROW_PATIENCE:
-                break
-            self.progress(f"    no gain at {label}; trying one step further")
-        return chosen
+
+        return grow_search(plan, current, self.evaluate, trials, self.progress, missed)
 
     def _with_pairs(self, rung: Rung, plan: Plan) -> Plan:
         extra = []
@@ -295,6 +281,39 @@ class Climb:
                 break
             fitting = (label, changes)
         return fitting
+
+
+def grow_search(
+    plan: Plan,
+    current: Any,
+    evaluate: Callable[[str, dict[str, Any], Any], Trial],
+    trials: list[Trial],
+    progress: Progress,
+    missed: Callable[[Any], None] | None = None,
+) -> Trial | None:
+    """Candidates in order, each evaluated against the best so far; stop after ``GROW_PATIENCE``
+    non-gains in a row, or at the first failure. Appends every trial to ``trials``; returns the
+    last kept one. ``missed(base)`` runs after each non-gain (to free what the candidate held)."""
+    chosen: Trial | None = None
+    base = current
+    misses = 0
+    for label, changes in plan.candidates:
+        trial = evaluate(label, changes, base)
+        trials.append(trial)
+        if trial.accepted:
+            chosen, base, misses = trial, trial.config, 0
+            continue
+        if trial.revert_kind in (REVERT_ERROR, SKIPPED):
+            # A larger batch or more workers fail the same way (out of memory, a worker crash), and a
+            # setting the job does not use (a script without a DataLoader) is not used at any value.
+            break
+        misses += 1
+        if missed is not None:
+            missed(base)
+        if misses >= GROW_PATIENCE:
+            break
+        progress(f"    no gain at {label}; trying one step further")
+    return chosen
 
 
 def _revert_kind(trials: list[Trial]) -> str:
