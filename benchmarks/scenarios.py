@@ -467,15 +467,16 @@ def render_markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_docs(path: Path, markdown: str) -> None:
-    """Replace the block between the scenarios markers (appended as a section when absent)."""
+def write_docs(path: Path, markdown: str, begin: str = DOCS_BEGIN, end: str = DOCS_END,
+               title: str = "Scenario matrix (`benchmarks/scenarios.py`)") -> None:
+    """Replace the block between the ``begin``/``end`` markers (appended as a section ``title`` when absent)."""
     text = path.read_text(encoding="utf-8")
-    block = f"{DOCS_BEGIN}\n{markdown}\n{DOCS_END}"
-    if DOCS_BEGIN in text and DOCS_END in text:
-        head, rest = text.split(DOCS_BEGIN, 1)
-        text = head + block + rest.split(DOCS_END, 1)[1]
+    block = f"{begin}\n{markdown}\n{end}"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + block + rest.split(end, 1)[1]
     else:
-        text = text.rstrip("\n") + "\n\n## Scenario matrix (`benchmarks/scenarios.py`)\n\n" + block + "\n"
+        text = text.rstrip("\n") + f"\n\n## {title}\n\n" + block + "\n"
     atomic_write_text(path, text)
 
 

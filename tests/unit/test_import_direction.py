@@ -36,7 +36,8 @@ ALLOWED: dict[str, set[str]] = {
     "analyze": {"measure", "device"},
     # Rules read the trace's and the distributed run's measurements, never their drivers.
     "diagnose": {"measure", "device", "analyze", "trace", "dist.sampling", "dist.timing"},
-    "doctor": _MEASURING | {"analyze", "diagnose"},
+    # --verify runs the script with injected fixes and judges them with the ladder's loss check.
+    "doctor": _MEASURING | {"analyze", "diagnose", "inject", "bench.losscheck"},
     # Renderers read the doctor's result (not the facade that runs things), findings, analyses, and
     # the ladder's result for the bench reports.
     "report": {"measure", "device", "analyze", "diagnose", "trace", "doctor.result", "bench.result"},
@@ -50,7 +51,7 @@ ALLOWED: dict[str, set[str]] = {
     "inject": {"device", "capture", "train"},
     # Entry points: the command line, ``python -m stave`` and ``stave.watch()`` call the facades and render.
     "api": _MEASURING | {"analyze", "diagnose", "doctor", "report"},
-    "cli": _MEASURING | {"analyze", "diagnose", "doctor", "report", "data", "train", "bench"},
+    "cli": _MEASURING | {"analyze", "diagnose", "doctor", "report", "data", "train", "bench", "inject"},
     "__main__": {"cli"},
     "_native": set(),
 }

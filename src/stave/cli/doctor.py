@@ -13,10 +13,12 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from stave.capture.runner import Outcome, Target
+from stave.capture.runner import EXIT_INTERRUPTED, Outcome, Target
 from stave.cli.common import check_outputs, fails_on
-from stave.cli.doctor_args import Progress, add_doctor_options, doctor_options, misplaced_options, target_from, validate
+from stave.cli.doctor_args import (Progress, add_doctor_options, add_verify_options, doctor_options, misplaced_options,
+                                   target_from, validate, validate_verify)
 from stave.cli.doctor_dist import add_dist_options, dist_mode, run_distributed
+from stave.errors import UsageError
 
 __all__ = ["add_doctor_options", "register", "run", "run_doctor", "split_target"]
 
@@ -31,6 +33,7 @@ def register(sub: Any) -> None:
         usage="stave doctor [OPTIONS] SCRIPT [ARGS...] | stave doctor [OPTIONS] -m MODULE [ARGS...]",
     )
     add_doctor_options(p)
+    add_verify_options(p)
     add_dist_options(p)
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a module (like python -m MODULE)")
     p.add_argument("target", nargs=argparse.REMAINDER, help="the script and its arguments")
@@ -62,8 +65,11 @@ def split_target(parser: argparse.ArgumentParser, tokens: list[str]) -> tuple[li
 def run(args: argparse.Namespace) -> int:
     """Run the doctor for parsed arguments; returns the exit code."""
     # --nproc-per-node, --merge, or running as one rank of a launch (docs/distributed.md).
+    validate_verify(args)
     mode = dist_mode(args)
     if mode is not None:
+        if args.verify:
+            raise UsageError("--verify runs single-process scripts only (not with a distributed launch or merge)")
         return run_distributed(args, mode)
     validate(args)
     target = target_from(args)
@@ -101,10 +107,22 @@ def run_doctor(target: Target, args: argparse.Namespace) -> int:
     if doctor.profile_trace_path and not quiet:
         err.print(f"stave doctor: profiler trace of {args.profile_steps} steps kept at {escape(doctor.profile_trace_path)} "
                   "(ui.perfetto.dev, or stave trace PATH)", highlight=False, soft_wrap=True)
+    interrupted = False
+    if getattr(args, "verify", False):
+        if outcome.exit_code != 0 or outcome.stopped_by == "interrupt":
+            # Nothing to compare against: a baseline that fails or was stopped would fail again.
+            err.print(f"stave doctor: --verify skipped: the script {_ending(outcome)}", highlight=False)
+        else:
+            from stave.cli.doctor_verify import run_verify
+
+            result.verification = run_verify(result, target, args, err)
+            interrupted = result.verification.interrupted
     show_and_write(result, json_path=args.json, html_path=args.html, timeline_path=args.timeline,
                    flamegraph_path=args.flamegraph, quiet=quiet)
     if outcome.exit_code != 0:
         return outcome.exit_code
+    if interrupted:
+        return EXIT_INTERRUPTED
     return 1 if fails_on(result.findings, args.fail_on) else 0
 
 

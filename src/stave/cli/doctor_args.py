@@ -38,10 +38,40 @@ def add_doctor_options(p: argparse.ArgumentParser) -> None:
                    help="skip the short bf16/thread/op-overhead probes run after the script ends")
 
 
+def add_verify_options(p: argparse.ArgumentParser) -> None:
+    """``stave doctor --verify`` and its settings (docs/doctor.md, "Verifying the top findings")."""
+    p.add_argument("--verify", action="store_true",
+                   help="after the diagnosis, run the script again with each of the top 3 findings' fixes "
+                        "injected (baseline and fixed interleaved) and report the measured speedup")
+    p.add_argument("--verify-top", type=int, metavar="N", help="verify the top N findings about the job (implies --verify)")
+    p.add_argument("--verify-pairs", type=int, metavar="N",
+                   help="measured baseline/fixed pairs per finding, after a warm-up pair (default 3)")
+    p.add_argument("--verify-steps", type=int, metavar="N",
+                   help="optimizer steps per verification run (default: --steps, else 30)")
+    p.add_argument("--allow-learning-changes", action="store_true",
+                   help="let --verify inject fixes that change what is learned per step (batch size, learning rate)")
+
+
+def validate_verify(args: argparse.Namespace) -> None:
+    """Exit 2 with one line for bad --verify-* values (``args.verify`` is set when --verify-top is given)."""
+    for name in ("verify_top", "verify_pairs", "verify_steps"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if getattr(args, "verify_top", None) is not None:
+        args.verify = True
+    given = [f"--{n.replace('_', '-')}" for n in ("verify_pairs", "verify_steps") if getattr(args, n, None) is not None]
+    if getattr(args, "allow_learning_changes", False):
+        given.append("--allow-learning-changes")
+    if given and not getattr(args, "verify", False):
+        raise UsageError(f"{', '.join(given)} only mean something with --verify")
+
+
 def misplaced_options(script_args: Sequence[str]) -> list[str]:
     """The doctor's own option names among the script's arguments (``stave doctor train.py --json x``)."""
     parser = argparse.ArgumentParser(add_help=False)
     add_doctor_options(parser)
+    add_verify_options(parser)
     known = set(parser._option_string_actions)
     return [tok.split("=", 1)[0] for tok in script_args if tok.split("=", 1)[0] in known]
 

@@ -49,6 +49,9 @@ class DoctorResult:
     notes: list[str] = field(default_factory=list)
     # The step time if every speed finding's fix were applied (the step model, all fixes at once).
     achievable_step_s: float | None = None
+    # ``stave doctor --verify``: the top findings' fixes injected and measured (a
+    # :class:`stave.doctor.verification.Verification`), None without --verify.
+    verification: Any = None
     # Derived from ``record`` on creation, once: what the renderers show beside the step summary.
     pipeline: PipelineSummary | None = field(init=False, default=None)
     stack_steps: set[int] | None = field(init=False, default=None)

@@ -1,9 +1,9 @@
 """The child process: run the user's script with a selection of fixes and write what the probe saw.
 
 ``python -m stave.inject.child --out RESULT.json --fixes JSON [--steps N] [--loss-steps K]
-[--seed S] [-m] -- SCRIPT [ARGS...]``. The result file (written atomically, also when the script
-fails or is interrupted) holds the fixes' report, the probe's measurements and how the script
-ended. The parent side is :mod:`stave.inject.launch`. Library code: it logs, it does not print.
+[--seed S] [--perturb-bf16] [-m] -- SCRIPT [ARGS...]``. The result file (written atomically, also
+when the script fails or is interrupted) holds the fixes' report, the probe's measurements and how
+the script ended. The parent side is :mod:`stave.inject.launch`. Library code: it logs, it does not print.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from stave.errors import StaveError
 from stave.files import atomic_write_json
 from stave.inject.apply import install
 from stave.inject.machine import this_machine
+from stave.inject.perturb import round_weights_to_bf16
 from stave.inject.probe import StepProbe, StopProbe
 from stave.inject.selection import parse_selection
 
@@ -53,6 +54,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--steps", type=int)
     p.add_argument("--loss-steps", type=int, default=DEFAULT_LOSS_STEPS)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--perturb-bf16", action="store_true",
+                   help="round the model's initial weights to bf16 (the loss check's yardstick run)")
     p.add_argument("-m", dest="module", action="store_true")
     p.add_argument("target", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
@@ -72,12 +75,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     machine = this_machine()
     started = time.perf_counter()
     installed = install(selection, machine)
+    stop_perturbing = round_weights_to_bf16() if args.perturb_bf16 else None
     probe = StepProbe(args.steps, args.loss_steps)
     probe.install()
     try:
         outcome = run_target(target, StopProbe)
     finally:
         probe.uninstall()
+        if stop_perturbing is not None:
+            stop_perturbing()
         installed.undo()
     result: dict[str, Any] = {"version": RESULT_VERSION, "pid": os.getpid(), "seed": args.seed,
                               "wall_s": time.perf_counter() - started, "fixes": installed.report(),
@@ -103,4 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Out at once, the result written: a thread or process pool the script left running must not
+    # hold the run until its time limit, and the script's atexit handlers would repeat its writes.
+    os._exit(code)

@@ -9,6 +9,7 @@ stderr is kept for the report of a run that failed.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -37,6 +38,8 @@ class ChildRun:
     loss_steps: int = DEFAULT_LOSS_STEPS
     seed: int = 0
     timeout_s: float | None = None
+    # Round the model's initial weights to bf16: the loss check's yardstick run (stave.inject.perturb).
+    perturb_bf16: bool = False
 
     def command(self, out_path: str) -> list[str]:
         """The child's command line."""
@@ -44,6 +47,8 @@ class ChildRun:
                "--loss-steps", str(self.loss_steps), "--seed", str(self.seed)]
         if self.steps is not None:
             cmd += ["--steps", str(self.steps)]
+        if self.perturb_bf16:
+            cmd.append("--perturb-bf16")
         if self.target.module:
             cmd.append("-m")
         return cmd + ["--", self.target.name, *self.target.args]
@@ -80,6 +85,11 @@ class ChildResult:
         times = self.step_times_s(warmup)
         return statistics.median(times) if len(times) >= 2 else None
 
+    def mean_step_s(self, warmup: int = 0) -> float | None:
+        """Mean step time after ``warmup`` steps: it keeps the once-per-epoch stalls a median drops."""
+        times = self.step_times_s(warmup)
+        return sum(times) / len(times) if len(times) >= 2 else None
+
     def samples_per_s(self, warmup: int = 0) -> float | None:
         """Samples per second over the steps after ``warmup`` (None when unknown)."""
         ends = self.step_end_s
@@ -95,15 +105,23 @@ class ChildResult:
         def floats(key: str) -> list[float]:
             return [float(v) for v in data.get(key) or [] if isinstance(v, (int, float))]
 
+        def losses() -> list[float]:
+            # None is a loss that was not finite (JSON has no NaN): it stays in its place as NaN.
+            return [float(v) if isinstance(v, (int, float)) else math.nan for v in data.get("losses") or []
+                    if v is None or isinstance(v, (int, float))]
+
         stats = data.get("input_stats")
+        if isinstance(stats, list):
+            rows = [r for r in stats if isinstance(r, list) and len(r) == 2]
+            stats = [[math.nan if v is None else float(v) for v in r] for r in rows] if len(rows) == len(stats) else None
         return cls(
             exit_code=int(data.get("exit_code", 1)),
             stopped_by=str(data.get("stopped_by", "error")),
             error=data.get("error") if isinstance(data.get("error"), str) else None,
             step_end_s=floats("step_end_s"),
             samples=[int(v) for v in data.get("samples") or []],
-            losses=floats("losses"),
-            input_stats=[[float(a), float(b)] for a, b in stats] if isinstance(stats, list) else None,
+            losses=losses(),
+            input_stats=stats if isinstance(stats, list) else None,
             fixes=[f for f in data.get("fixes") or [] if isinstance(f, dict)],
             stderr_tail=stderr_tail,
             wall_s=float(data.get("wall_s", 0.0)),

@@ -9,6 +9,7 @@ work they queued, without turning every step into a synchronous one.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Any
@@ -26,6 +27,11 @@ SYNC_EVERY = 10
 class StopProbe(BaseException):
     """Raised at the step end when the run's step budget is spent (a BaseException, so the script's
     ``except Exception`` does not swallow it)."""
+
+
+def _finite(value: float) -> float | None:
+    """``value``, or None when it is not finite (JSON has no NaN; the parent reads None as NaN)."""
+    return value if math.isfinite(value) else None
 
 
 def _first_tensor(args: tuple[Any, ...]) -> torch.Tensor | None:
@@ -114,8 +120,7 @@ class StepProbe:
         self.step_end_ns.append(time.perf_counter_ns())
         self.samples.append(self._step_samples or 0)
         self._step_samples = None
-        if self._loss_taken is False and index < self.loss_steps:
-            self._losses.append(torch.tensor(float("nan")))  # no scalar backward seen in this step
+        # A step without a scalar backward (a custom update) adds no loss: the list holds those seen.
         self._loss_taken = False
         if self.steps is not None and index + 1 >= self.steps:
             raise StopProbe()
@@ -145,12 +150,12 @@ class StepProbe:
         """Step end times (seconds since install), samples per step, first losses, input statistics."""
         if self.gpu:
             dev.synchronize()
-        losses = [float(v) for v in torch.stack(self._losses).cpu().tolist()] if self._losses else []
+        losses = [_finite(v) for v in torch.stack(self._losses).cpu().tolist()] if self._losses else []
         stats = None
         if self._stats_usable and self._stat_sum is not None and self._stat_sq is not None and self._stat_n > 1:
             mean = self._stat_sum / self._stat_n
             var = (self._stat_sq - self._stat_n * mean * mean) / (self._stat_n - 1)
-            stats = [[float(m), float(s)] for m, s in zip(mean.cpu(), var.clamp_min(0).sqrt().cpu())]
+            stats = [[_finite(float(m)), _finite(float(s))] for m, s in zip(mean.cpu(), var.clamp_min(0).sqrt().cpu())]
         return {
             "step_end_s": [(t - self.start_ns) / 1e9 for t in self.step_end_ns],
             "samples": list(self.samples),

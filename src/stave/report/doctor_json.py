@@ -51,6 +51,8 @@ def doctor_json(result: DoctorResult) -> dict[str, Any]:
         "notes": notes,
         "trace": trace_json,
     }
+    if result.verification is not None:
+        report["verify"] = result.verification.to_dict()
     return json_safe(report)
 
 

@@ -33,6 +33,7 @@ from stave.report.units import (
     sig,
 )
 from stave.report.verdict import verdict_html
+from stave.report.verify_view import verify_html
 
 # A bar per step stays readable up to a few hundred steps; beyond that consecutive steps are
 # averaged in equal groups (the caption says so) so the SVG stays small and the bars visible.
@@ -73,6 +74,7 @@ def doctor_html(result: DoctorResult, report: dict[str, Any] | None = None,
         hot_lines_html(report),
         ranks_html(report),
         hp.section(f"Findings ({len(findings)})", findings_html(findings, docs_href=docs_href), section_id="findings"),
+        verify_html(report["verify"]) if "verify" in report else "",
         trace_section_html(result),
         notes_html(report["notes"], missing_trace_note(result.trace, "render_html")),
     ]

@@ -27,6 +27,7 @@ from stave.report.trace_section_lookup import trace_renderer
 from stave.report.palette import PHASE_COLORS, PHASE_LABELS
 from stave.report.units import fmt_bar, fmt_ms, fmt_seconds, fmt_share, fmt_throughput
 from stave.report.verdict import headline_text
+from stave.report.verify_view import verify_renderable
 
 # Width of the per-phase bars: a 100% phase fills this many cells, which leaves room for the
 # phase name, share and time on an 80-column terminal.
@@ -63,6 +64,8 @@ def doctor_renderable(report: dict[str, Any], result: DoctorResult) -> Renderabl
         parts += [_section(f"Ranks ({len(report['ranks'])})"),
                   ts.ranks_table(report["ranks"], dt.shown_phases(summary))]
     parts += [_section(f"Findings ({len(findings)})"), findings_renderable(findings)]
+    if "verify" in report:
+        parts += [_section("Verification (--verify)"), verify_renderable(report["verify"])]
     if report["notes"]:
         parts += [_section("Notes"), Group(*(Text(f"• {n}") for n in report["notes"]))]
     return Group(*parts)

@@ -142,9 +142,10 @@ def _batched_collate(batch: Any) -> Any:
 def _apply_batched(applied: Applied, params: dict[str, Any], machine: Machine) -> None:
     def override(args: dict[str, Any]) -> None:
         dataset = args["dataset"]
-        if not isinstance(dataset, TensorDataset):
-            applied.note(f"left a loader of {type(dataset).__name__} alone: only a TensorDataset is known "
-                         "to take a list of indices and return the stacked batch")
+        if not isinstance(dataset, TensorDataset) or type(dataset).__getitem__ is not TensorDataset.__getitem__:
+            # A subclass with its own __getitem__ (a per-sample transform) may not take a list of indices.
+            applied.note(f"left a loader of {type(dataset).__name__} alone: only a TensorDataset's own indexing "
+                         "is known to take a list of indices and return the stacked batch")
             return
         if args["batch_sampler"] is not None or args["batch_size"] is None or args["collate_fn"] is not None:
             applied.note("left a loader alone: it has its own batch_sampler, batch_size=None or its own collate_fn")

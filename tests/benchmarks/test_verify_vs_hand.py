@@ -1,0 +1,39 @@
+"""benchmarks/verify_vs_hand.py: the agreement rule, the docs block, and which scenarios it runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.verify_vs_hand import DOCS_BEGIN, DOCS_END, Row, injectable_expectations, render_markdown, write_docs
+
+
+def _row(verify: float | None, hand: list[float], interval: list[float] | None = None, pairs: int = 5) -> Row:
+    return Row("s", "THREAD_OVERSUBSCRIPTION", "median_step_s", top="THREAD_OVERSUBSCRIPTION", est_speedup=1.5,
+               fixes="threads(threads=2)", verify_status="kept", verify_speedup=verify,
+               verify_interval=interval or ([verify, verify] if verify else None), verify_pairs=pairs, hand_ratios=hand)
+
+
+def test_agreement_within_15_percent_or_inside_the_interval() -> None:
+    assert _row(1.50, [1.40, 1.35, 1.45]).agrees  # 1.50 / 1.40 = 1.07
+    assert _row(2.00, [1.40]).agrees is False
+    assert _row(2.00, [1.40], interval=[1.30, 2.20]).agrees  # hand inside, 5 pairs
+    assert _row(2.00, [1.40], interval=[1.30, 2.20], pairs=3).agrees is False  # too few pairs for the interval
+    assert _row(None, [1.4]).agrees is None
+
+
+def test_markdown_and_docs_block(tmp_path: Path) -> None:
+    meta = {"date": "2026-11-24", "machine": "cpu", "pairs": 5, "steps": 15, "load_min": 1.0, "load_max": 8.0,
+            "command": "python -m benchmarks.verify_vs_hand"}
+    text = render_markdown([_row(1.5, [1.4, 1.45]), _row(2.0, [1.0])], meta)
+    assert "| s | THREAD_OVERSUBSCRIPTION | `threads(threads=2)` | 1.50x | 1.50x [1.50-1.50] |" in text
+    assert "1 of 2 comparable rows" in text and "shared" in text
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"# B\n\n{DOCS_BEGIN}\nold\n{DOCS_END}\ntail\n")
+    write_docs(doc, "new")
+    assert doc.read_text() == f"# B\n\n{DOCS_BEGIN}\nnew\n{DOCS_END}\ntail\n"
+
+
+def test_only_injectable_findings_are_compared() -> None:
+    ids = injectable_expectations()
+    assert {"THREAD_OVERSUBSCRIPTION", "DATA_CPU_BOUND", "OPTIMIZER_UNFUSED"} <= ids
+    assert "SMALL_BATCH" not in ids and "MEMORY_GROWTH" not in ids
