@@ -362,6 +362,67 @@ class Oracle:
                 f"({lo:.3f}-{hi:.3f}) of the grid's best ({final['best_grid']}); goal >= {GOAL_FRACTION}: {verdict}")
 
 
+DOCS_BEGIN = "<!-- ladder-oracle:begin -->"
+DOCS_END = "<!-- ladder-oracle:end -->"
+DOCS_PATH = ROOT / "docs" / "benchmarks.md"
+
+
+def docs_markdown(doc: dict[str, Any]) -> str:
+    """The docs/benchmarks.md block for one result: command, machine and load, the grid, the final round."""
+    machine, grid, stages = doc.get("machine", {}), doc.get("grid", {}), doc.get("stages", {})
+    loads = [machine.get("load_avg_1m")] + [st.get("load_avg_1m_after") for st in stages.values()
+                                            if isinstance(st, dict)]
+    loads = [v for v in loads if v is not None]
+    lines = [
+        f"Command: `{doc.get('command', 'python -m benchmarks.ladder_oracle')}` (started {doc.get('started_utc', '?')}, "
+        f"{(doc.get('duration_s') or 0) / 60:.0f} minutes; JSON in `benchmarks/results/ladder_oracle.json`).",
+        f"Machine: {machine.get('device_name', '?')}, {machine.get('cores_usable', '?')} usable cores, "
+        f"torch {machine.get('torch', '?')}, native bf16: {machine.get('bf16_native')}. "
+        f"Load average (1 min) from {min(loads, default=0):.1f} to {max(loads, default=0):.1f} over the run"
+        + (" (a shared machine: the numbers are noisy)." if max(loads, default=0) > (machine.get("cores_usable") or 1)
+           else "."),
+        "",
+        f"Grid: {grid.get('points', '?')} eager points (workers x batch x precision x layout) around the job as "
+        f"written ({grid.get('reference', '?')}), screened in {grid.get('screen_rounds')} windows of >= "
+        f"{grid.get('window_s')} s each beside the reference, the best {grid.get('refine_top')} refined in "
+        f"{grid.get('refine_rounds')} rounds, torch.compile of the best {grid.get('compile_top')}. Left out: "
+        + "; ".join(grid.get("skipped", [])) + ".",
+    ]
+    ladder = stages.get("ladder")
+    if ladder:
+        speed = ladder.get("best_speedup")
+        kept_rungs = ", ".join(ladder.get("kept_rungs") or []) or "none"
+        side = f"{speed:.2f}x the baseline side by side; " if speed is not None else ""
+        lines += ["", f"Ladder (its defaults, same process): kept {ladder.get('kept')} (rungs kept: {kept_rungs}; "
+                      f"{side}{(ladder.get('ladder_duration_s') or 0) / 60:.0f} minutes)."]
+    final = stages.get("final")
+    if final:
+        lines += ["", f"Final round ({final.get('rounds')} interleaved rounds, median samples/s and spread "
+                  "(max-min)/median of the windows):", "",
+                  "| | configuration | samples/s | spread |", "|---|---|---|---|"]
+        for i, c in enumerate(final.get("contenders", [])):
+            who = "ladder's kept" if i == 0 else "grid"
+            rate = c.get("samples_per_s")
+            lines.append(f"| {who} | {c['label']} | {rate:.1f} | {c.get('spread', 0):.0%} |" if rate is not None
+                         else f"| {who} | {c['label']} | failed: {c.get('error', '?')} | |")
+        if final.get("fraction") is not None:
+            lo, hi = final["fraction_interval"]
+            verdict = "met" if final["goal_met"] else "**not met**"
+            lines += ["", f"**The ladder's kept configuration runs at {final['fraction']:.3f} of the grid's best** "
+                      f"({final['best_grid']}; interval {lo:.3f}-{hi:.3f} over the rounds' ratios). "
+                      f"Goal >= {GOAL_FRACTION}: {verdict}."]
+    if doc.get("incomplete"):
+        lines += ["", f"Incomplete: {doc['incomplete']}."]
+    return "\n".join(lines)
+
+
+def write_docs(doc: dict[str, Any], path: Path = DOCS_PATH) -> None:
+    """Replace the oracle's block in docs/benchmarks.md (a new section when the markers are absent)."""
+    from benchmarks.scenarios import write_docs as replace_block
+
+    replace_block(path, docs_markdown(doc), DOCS_BEGIN, DOCS_END, title="Ladder oracle (`benchmarks/ladder_oracle.py`)")
+
+
 def _load() -> float | None:
     return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 
@@ -462,7 +523,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=lambda t: _ints(t, "--workers"), default=None,
                         help=f"worker counts of the grid (default {','.join(map(str, WORKERS))})")
     parser.add_argument("--final-rounds", type=int, default=None, help=f"rounds of the final (default {FINAL_ROUNDS})")
+    parser.add_argument("--write-docs", action="store_true",
+                        help="write the result into docs/benchmarks.md between the ladder-oracle markers")
+    parser.add_argument("--docs-from", type=Path, metavar="JSON",
+                        help="only write docs/benchmarks.md's block from a result written earlier (no timing)")
     args = parser.parse_args(argv)
+    if args.docs_from is not None:
+        import json
+
+        try:
+            write_docs(json.loads(args.docs_from.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            parser.error(f"--docs-from {args.docs_from}: {exc}")
+        return 0
     if args.final_rounds is not None and args.final_rounds < 3:
         parser.error("--final-rounds must be at least 3")
 
@@ -497,6 +570,7 @@ def main(argv: list[str] | None = None) -> int:
                  "compile_top": COMPILE_TOP if plan.compile else 0, "final_top": FINAL_TOP,
                  "final_rounds": plan.final_rounds},
         "goal_fraction": GOAL_FRACTION,
+        "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
 
     def record(doc: dict[str, Any]) -> None:
@@ -537,6 +611,8 @@ def main(argv: list[str] | None = None) -> int:
         error_line(f"the oracle stopped: {oracle.doc['incomplete']}; the stages measured so far are in {args.out}")
         return 1
     result_line(oracle.headline())
+    if args.write_docs:
+        write_docs({**header, **oracle.doc, "duration_s": round(time.perf_counter() - started, 1)})
     return 0
 
 

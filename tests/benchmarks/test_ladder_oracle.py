@@ -139,3 +139,19 @@ def test_main_keeps_the_stages_measured_before_ctrl_c(tmp_path: Path, monkeypatc
     assert set(doc["stages"]) == {"screen", "refine", "compile"} and len(doc["stages"]["screen"]["points"]) == 8
     assert any("4096" in note for note in doc["grid"]["skipped"])
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_the_docs_block_names_the_fraction_the_machine_and_the_load(tmp_path: Path) -> None:
+    doc, _ = run(FakeRunner(), REFERENCE.with_changes(batch_size=64))
+    doc = {**doc, "command": "python -m benchmarks.ladder_oracle", "machine": {"device_name": "CPU X",
+           "cores_usable": 2, "torch": "2.x", "load_avg_1m": 3.5}, "grid": {"points": len(GRID), "skipped": ["a"]}}
+    text = O.docs_markdown(doc)
+    fraction = doc["stages"]["final"]["fraction"]
+    assert f"runs at {fraction:.3f} of the grid's best" in text and "**not met**" in text
+    assert "CPU X, 2 usable cores" in text and "a shared machine" in text
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# Benchmarks\n\nbefore\n")
+    O.write_docs(doc, page)
+    O.write_docs(doc, page)  # rewritten in place, not appended twice
+    written = page.read_text()
+    assert written.count(O.DOCS_BEGIN) == 1 and written.count(O.DOCS_END) == 1 and "before" in written
