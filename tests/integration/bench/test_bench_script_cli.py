@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from stave.cli import main
+from stave.report.schemas import load_schema
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = str(REPO / "tests" / "planted" / "tiny_batch.py")
@@ -25,6 +27,7 @@ def test_ladder_on_a_script_end_to_end(tmp_path: Path, capsys: pytest.CaptureFix
     captured = capsys.readouterr()
     assert code == 0, captured.err
     doc = json.loads(out.read_text())
+    jsonschema.validate(doc, load_schema("stave.bench.script/1"))
     assert doc["schema"] == "stave.bench.script/1" and doc["script"] == SCRIPT
     # Everything after the script is the script's own (its --steps is not the ladder's).
     assert doc["args"] == ["--steps", "999"] and doc["options"]["steps"] == 2

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+import jsonschema
 import pytest
 
 from stave.bench.result import LadderIncomplete
@@ -18,7 +19,8 @@ from stave.bench.script_ladder import ScriptOptions, run_script_ladder
 from stave.capture.runner import Target
 from stave.errors import UsageError
 from stave.inject.launch import ChildResult, ChildRun
-from stave.report.bench_script import summary_lines, to_json
+from stave.report.bench_script import SCHEMA, summary_lines, to_json
+from stave.report.schemas import load_schema
 
 BATCH = 16
 LOSSES = [2.30, 2.25, 2.21, 2.18]
@@ -97,6 +99,7 @@ def test_a_faster_fix_is_kept_and_a_flat_one_reverted(script: Target, tmp_path: 
     assert result.runs == len(fake.runs) == 2 + 6 + 6 + 6
     assert result.loss_check["tolerance"] == pytest.approx(0.02, rel=0.01)
     doc = json.loads(json.dumps(to_json(result)))
+    jsonschema.validate(doc, load_schema(SCHEMA))
     assert doc["schema"] == "stave.bench.script/1" and doc["final_fixes"] == {"batched_fetch": {}}
     assert [r["status"] for r in doc["rungs"]] == ["baseline", "kept", "reverted"]
 
@@ -149,6 +152,7 @@ def test_ctrl_c_keeps_the_rungs_measured_so_far(script: Target, tmp_path: Path) 
     assert isinstance(stopped.value.cause, KeyboardInterrupt) and result.incomplete == "interrupted (Ctrl-C)"
     assert rung(result, "batched_fetch").status == "kept" and result.final.to_dict() == {"batched_fetch": {}}
     assert result.best_speedup is None and summary_lines(result)[0].startswith("INCOMPLETE")
+    jsonschema.validate(json.loads(json.dumps(to_json(result))), load_schema(SCHEMA))
 
 
 def test_a_script_that_fails_as_written_is_a_usage_error(script: Target, tmp_path: Path) -> None:
