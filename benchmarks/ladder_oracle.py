@@ -560,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     header = {
         "schema": SCHEMA,
-        "command": "python -m benchmarks.ladder_oracle " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": " ".join(["python -m benchmarks.ladder_oracle", *(argv if argv is not None else sys.argv[1:])]),
         "workload": spec.name,
         "description": spec.description,
         "machine": machine_facts(device),
