@@ -388,6 +388,12 @@ def docs_markdown(doc: dict[str, Any]) -> str:
         f"{grid.get('refine_rounds')} rounds, torch.compile of the best {grid.get('compile_top')}. Left out: "
         + "; ".join(grid.get("skipped", [])) + ".",
     ]
+    timed = [p for name in ("refine", "compile") for p in (stages.get(name) or {}).get("points", [])
+             if p.get("x_reference") is not None]
+    if timed:
+        best = sorted(timed, key=lambda p: p["x_reference"], reverse=True)[:FINAL_TOP]
+        lines += ["", "The grid's best (refine and compile stages; samples/s over the reference's in adjacent "
+                      "windows, median): " + "; ".join(f"{p['label']} {p['x_reference']:.2f}x" for p in best) + "."]
     ladder = stages.get("ladder")
     if ladder:
         speed = ladder.get("best_speedup")
