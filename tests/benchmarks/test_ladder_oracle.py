@@ -155,3 +155,13 @@ def test_the_docs_block_names_the_fraction_the_machine_and_the_load(tmp_path: Pa
     O.write_docs(doc, page)  # rewritten in place, not appended twice
     written = page.read_text()
     assert written.count(O.DOCS_BEGIN) == 1 and written.count(O.DOCS_END) == 1 and "before" in written
+
+
+def test_without_the_final_round_the_docs_give_an_indirect_estimate_labelled_as_such() -> None:
+    doc, _ = run(FakeRunner(), REFERENCE.with_changes(batch_size=64))
+    stages = {k: v for k, v in doc["stages"].items() if k != "final"}
+    stages["ladder"] = {**stages["ladder"], "best_speedup": 1.2}
+    text = O.docs_markdown({**doc, "stages": stages, "incomplete": "interrupted (Ctrl-C)"})
+    top = max(p["x_reference"] for name in ("refine", "compile") for p in stages[name]["points"])
+    assert f"= {1.2 / top:.2f} (windows timed at different times: not the goal's measure)" in text
+    assert "Incomplete: interrupted (Ctrl-C)." in text and "of the grid's best**" not in text
