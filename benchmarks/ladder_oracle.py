@@ -399,7 +399,8 @@ def docs_markdown(doc: dict[str, Any]) -> str:
         speed = ladder.get("best_speedup")
         kept_rungs = ", ".join(ladder.get("kept_rungs") or []) or "none"
         side = f"{speed:.2f}x the baseline side by side; " if speed is not None else ""
-        lines += ["", f"Ladder (its defaults, same process): kept {ladder.get('kept')} (rungs kept: {kept_rungs}; "
+        kept = ladder.get("kept") or f"so far (stopped before its end) {ladder.get('kept_so_far')}"
+        lines += ["", f"Ladder (its defaults, same process): kept {kept} (rungs kept: {kept_rungs}; "
                       f"{side}{(ladder.get('ladder_duration_s') or 0) / 60:.0f} minutes)."]
     final = stages.get("final")
     if final:
@@ -434,6 +435,14 @@ def write_docs(doc: dict[str, Any], path: Path = DOCS_PATH) -> None:
     from benchmarks.scenarios import write_docs as replace_block
 
     replace_block(path, docs_markdown(doc), DOCS_BEGIN, DOCS_END, title="Ladder oracle (`benchmarks/ladder_oracle.py`)")
+
+
+def ladder_summary(result: Any) -> dict[str, Any]:
+    """What the oracle keeps of a ladder result: its speedup, the rungs it kept (with their ratios), duration."""
+    kept = [f"{r.name} ({r.chosen.label}, {r.chosen.ratio:.2f}x)" if r.chosen is not None and r.chosen.ratio
+            else r.name for r in result.rungs if r.status == "kept"]
+    return {"best_speedup": result.best_speedup, "kept_rungs": kept, "chain_speedup": result.chain_speedup,
+            "ladder_duration_s": round(result.duration_s, 1), "incomplete": result.incomplete}
 
 
 def _load() -> float | None:
@@ -597,12 +606,13 @@ def main(argv: list[str] | None = None) -> int:
             result = run_ladder(spec, options, progress=lambda m: progress("  [ladder] " + m))
         except LadderIncomplete as stopped:
             if isinstance(stopped.cause, KeyboardInterrupt):
+                # Keep the rungs climbed so far in the result before stopping.
+                oracle.doc["stages"]["ladder"] = {"kept_so_far": label(stopped.result.final),
+                                                  **ladder_summary(stopped.result)}
                 raise stopped.cause from None
             # A failed rung late in the climb: the configuration kept so far still answers the question.
             result = stopped.result
-        kept_rungs = [r.name for r in result.rungs if r.status == "kept"]
-        return result.final, {"best_speedup": result.best_speedup, "kept_rungs": kept_rungs,
-                              "ladder_duration_s": round(result.duration_s, 1), "incomplete": result.incomplete}
+        return result.final, ladder_summary(result)
 
     progress(f"ladder oracle on {spec.name}: {len(plan.points)} grid points; results to {args.out}")
     for note in plan.skipped:

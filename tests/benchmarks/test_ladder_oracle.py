@@ -128,7 +128,14 @@ def test_main_keeps_the_stages_measured_before_ctrl_c(tmp_path: Path, monkeypatc
             self.image_inputs, self.window_s = True, 1.0
 
     def interrupted(*_args: Any, **_kwargs: Any) -> Any:
-        raise KeyboardInterrupt
+        from stave.bench.result import LadderIncomplete
+
+        partial = types.SimpleNamespace(final=REFERENCE.with_changes(batch_size=64), best_speedup=None,
+                                        chain_speedup=1.3, duration_s=60.0, incomplete="interrupted (Ctrl-C)",
+                                        rungs=[types.SimpleNamespace(name="batch_size", status="kept",
+                                                                     chosen=types.SimpleNamespace(label="batch 64",
+                                                                                                  ratio=1.3))])
+        raise LadderIncomplete(partial, KeyboardInterrupt())
 
     monkeypatch.setattr(O, "SessionRunner", Runner)
     monkeypatch.setattr(ladder, "run_ladder", interrupted)
@@ -136,7 +143,10 @@ def test_main_keeps_the_stages_measured_before_ctrl_c(tmp_path: Path, monkeypatc
     assert O.main(["--out", str(out), "--no-compile", "--batches", "32,64,4096"]) == 130
     doc = json.loads(out.read_text())
     assert doc["incomplete"] == "interrupted (Ctrl-C)" and doc["schema"] == O.SCHEMA
-    assert set(doc["stages"]) == {"screen", "refine", "compile"} and len(doc["stages"]["screen"]["points"]) == 8
+    assert set(doc["stages"]) == {"screen", "refine", "compile", "ladder"} and len(doc["stages"]["screen"]["points"]) == 8
+    # The ladder's rungs climbed before Ctrl-C are kept.
+    assert doc["stages"]["ladder"]["kept_rungs"] == ["batch_size (batch 64, 1.30x)"]
+    assert doc["stages"]["ladder"]["kept_so_far"] == "batch 64, 0 workers, fp32"
     assert any("4096" in note for note in doc["grid"]["skipped"])
     assert not list(tmp_path.glob("*.tmp"))
 
