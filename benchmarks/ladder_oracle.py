@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -445,6 +446,10 @@ def ladder_summary(result: Any) -> dict[str, Any]:
             "ladder_duration_s": round(result.duration_s, 1), "incomplete": result.incomplete}
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def _load() -> float | None:
     return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 
@@ -621,6 +626,9 @@ def main(argv: list[str] | None = None) -> int:
     if load is not None and load > (header["machine"].get("cores_usable") or 1) / 2:
         progress(f"  note: load average {load:.1f} at the start: other work shares this machine")
     oracle = Oracle(runner, plan, climb, record, progress)
+    # A run in the background (nohup, a scheduler) is stopped with SIGTERM, and a shell's background
+    # job ignores SIGINT: both keep what was measured, as Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         oracle.run()
     except KeyboardInterrupt:
