@@ -628,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
     oracle = Oracle(runner, plan, climb, record, progress)
     # A run in the background (nohup, a scheduler) is stopped with SIGTERM, and a shell's background
     # job ignores SIGINT: both keep what was measured, as Ctrl-C does.
-    signal.signal(signal.SIGTERM, _interrupt)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         oracle.run()
     except KeyboardInterrupt:
@@ -641,6 +641,8 @@ def main(argv: list[str] | None = None) -> int:
         record(oracle.doc)
         error_line(f"the oracle stopped: {oracle.doc['incomplete']}; the stages measured so far are in {args.out}")
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     result_line(oracle.headline())
     if args.write_docs:
         write_docs({**header, **oracle.doc, "duration_s": round(time.perf_counter() - started, 1)})
