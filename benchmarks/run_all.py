@@ -86,6 +86,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     _simple("trace", "benchmarks.trace_reader", "--out"),
     _simple("doctor_overhead", "benchmarks.doctor_overhead", "--json"),
     _simple("doctor_estimates", "benchmarks.doctor_estimates", "--json"),
+    # The ladder against a grid of configurations on the seed workload (about half an hour on 2 cores).
+    _simple("ladder_oracle", "benchmarks.ladder_oracle", "--out", "--quick"),
     # The scenario matrix (planted bottlenecks x cores x background load): the longest of them all.
     _simple("scenarios", "benchmarks.scenarios", "--out", "--quick"),
 )

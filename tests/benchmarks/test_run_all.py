@@ -21,6 +21,7 @@ def test_list_names_every_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
         "trace",
         "doctor_overhead",
         "doctor_estimates",
+        "ladder_oracle",
     ):
         assert f"{name}:" in text
 

@@ -44,7 +44,8 @@ ALLOWED: dict[str, set[str]] = {
     "train": {"device"},
     # The loader shards by rank, read from the launcher's variables as the doctor reads them.
     "data": {"device", "dist.env"},
-    "bench": {"measure", "device", "analyze", "data", "train"},
+    # The ladder on a script injects its rungs' fixes (inject) into child runs of capture's Target.
+    "bench": {"measure", "device", "analyze", "data", "train", "inject", "capture.runner"},
     # Fixes injected into the user's script: they run it through capture's runner, set device flags
     # through device, and reuse train's optimizer switch and precision choice.
     "inject": {"device", "capture", "train"},

@@ -193,6 +193,33 @@ def stats_deviation(candidate: torch.Tensor | None, reference: torch.Tensor | No
     return value if math.isfinite(value) else math.inf
 
 
+def yardstick_tolerance(yardstick_losses: list[float], baseline_losses: list[float]) -> float:
+    """The loss tolerance of a job seen only from outside (a script run in a child process): the floor,
+    or the noise factor times how far bf16-rounded initial weights moved its first losses (the yardstick
+    run). A yardstick that did not run (``[]``) leaves the floor."""
+    devs = [d for d in loss_deviations(tuple(yardstick_losses), tuple(baseline_losses)) if math.isfinite(d)]
+    return max(LOSS_REL_TOL, LOSS_NOISE_FACTOR * max(devs, default=0.0))
+
+
+def check_child_losses(
+    losses: list[float] | None,
+    input_stats: list[list[float]] | None,
+    base_losses: list[float],
+    base_input_stats: list[list[float]] | None,
+    tolerance: float,
+) -> LossCheck:
+    """The check of a script run against the baseline's run (same seed, same first steps): its first
+    losses (``losses`` None: not compared, for a fix that changes what is learned per step) and its
+    input channel statistics ([mean, sd] per channel, as :mod:`stave.inject.probe` records them)."""
+
+    def stats(rows: list[list[float]] | None) -> torch.Tensor | None:
+        return torch.tensor(rows, dtype=torch.float64) if rows else None
+
+    compared = tuple(losses) if losses is not None else ()
+    reference = tuple(base_losses) if losses is not None else ()
+    return LossCheck(compared, reference, tolerance, input_dev=stats_deviation(stats(input_stats), stats(base_input_stats)))
+
+
 def _same(candidate: torch.Tensor | None, reference: torch.Tensor | None) -> bool | None:
     """Whether two target vectors agree (exactly for labels; to float tolerance otherwise)."""
     if candidate is None or reference is None:

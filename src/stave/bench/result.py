@@ -20,11 +20,15 @@ REVERT_ERROR = "error"
 
 @dataclass
 class Trial:
-    """One candidate configuration, timed against ``base`` (the configuration it would replace)."""
+    """One candidate configuration, timed against ``base`` (the configuration it would replace).
+
+    ``config`` is a :class:`RunConfig` for a built-in workload or ``--job`` spec, and a
+    :class:`stave.bench.script_rungs.ScriptConfig` (the fixes injected) for a script.
+    """
 
     label: str
     changes: dict[str, Any]
-    config: RunConfig
+    config: Any
     samples_per_s: float | None = None
     ratio: float | None = None
     noise: float | None = None
@@ -107,13 +111,50 @@ class LadderResult:
         return float(value) if value is not None else None
 
 
+@dataclass
+class ScriptLadderResult:
+    """What ``stave bench ladder SCRIPT`` found (JSON: schema ``stave.bench.script/1``).
+
+    ``baseline``/``final`` are :class:`stave.bench.script_rungs.ScriptConfig`: the fixes injected.
+    The attributes the ladder's table reads (``workload``, ``machine``, ``unit``, ``rungs`` ...)
+    have the names :class:`LadderResult` gives them.
+    """
+
+    script: str
+    args: list[str]
+    machine: dict[str, Any]
+    options: dict[str, Any]
+    baseline: Any
+    final: Any
+    rungs: list[RungResult]
+    baseline_samples_per_s: float | None
+    final_samples_per_s: float | None
+    best_speedup: float | None
+    best_speedup_noise: float | None
+    chain_speedup: float
+    loss_check: dict[str, Any]
+    code: str
+    duration_s: float
+    runs: int
+    fed: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    incomplete: str | None = None
+    unit: str = "samples"
+    items_per_sample: int = 1
+
+    @property
+    def workload(self) -> str:
+        """The script and its arguments, as the table's title names the workload."""
+        return " ".join([self.script, *self.args])
+
+
 class LadderIncomplete(Exception):
     """The climb stopped early; ``result`` holds what was measured until then.
 
     ``cause`` is the exception that stopped it (re-raised by the CLI after the files are written).
     """
 
-    def __init__(self, result: LadderResult, cause: BaseException) -> None:
+    def __init__(self, result: "LadderResult | ScriptLadderResult", cause: BaseException) -> None:
         super().__init__(result.incomplete or "incomplete")
         self.result = result
         self.cause = cause

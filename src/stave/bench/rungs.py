@@ -10,7 +10,8 @@ the setting the rung changes and registers the rung's plan with :func:`rung` (as
 
 Search modes: ``single`` (one candidate), ``best`` (each candidate against the current
 configuration, the fastest significant one wins), ``grow`` (candidates in order, each against
-the best so far, stopping at the first that does not help: worker counts, batch sizes) and
+the best so far, stopping after two that do not help in a row, ``GROW_PATIENCE`` in
+:mod:`stave.bench.ladder`, or at the first that fails: worker counts, batch sizes) and
 ``largest_fit`` (GPU batch size: the largest candidate that does not run out of memory).
 """
 
@@ -132,7 +133,7 @@ def _powers_of_two_above(start: int, limit: int) -> list[int]:
 
 
 def plan_workers(ctx: Context, current: RunConfig) -> Plan:
-    """DataLoader worker processes, counted up from the job's own while each count helps."""
+    """DataLoader worker processes, counted up from the job's own until two counts in a row do not help."""
     if current.loader != TORCH_LOADER:
         return Plan.skipped(f"the {current.loader} loader chooses its own workers")
     counts = _worker_counts(current)
@@ -206,8 +207,8 @@ def plan_input_again(ctx: Context, current: RunConfig) -> Plan:
     counts = _worker_counts(current) if current.loader == TORCH_LOADER else []
     workers = [(f"{n} worker{'s' if n > 1 else ''}", {"num_workers": n}) for n in counts]
     if workers and not loaders:
-        # More workers are the only lever left: climb them while each doubling helps, as the workers
-        # rung does (an H100 ladder kept 4 of its 16 cores' workers here, one doubling at a time,
+        # More workers are the only lever left: climb them in a grow search, as the workers rung
+        # does (an H100 ladder kept 4 of its 16 cores' workers here, one doubling at a time,
         # and still waited for data 75% of its step).
         return Plan("grow", tuple(workers))
     candidates = workers[:1] + loaders

@@ -2,8 +2,10 @@
 
 ``stave bench ladder [--workload NAME | --job MODULE:FUNCTION] [--json PATH] [--html PATH]
 [--png PATH] [--steps N] [--quick]`` climbs the ladder and prints one row per rung, the summary
-and the final configuration as code (stdout); progress goes to stderr. Exit codes: 0 ok, 2 bad
-usage or input. ``stave bench data`` is ``stave.data.benchmark`` (see docs/benchmarks.md).
+and the final configuration as code (stdout); progress goes to stderr. ``stave bench ladder
+[OPTIONS] SCRIPT [ARGS...]`` climbs the injectable fixes on the user's unmodified script instead
+(everything after SCRIPT is the script's). Exit codes: 0 ok, 2 bad usage or input, 130 Ctrl-C.
+``stave bench data`` is ``stave.data.benchmark`` (see docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -30,16 +32,26 @@ def register(sub: Any) -> None:
     inner.required = True
     ladder = inner.add_parser(
         "ladder",
-        help="climb the optimization ladder for a workload or your own job",
+        help="climb the optimization ladder for a workload, your own job, or your unmodified script",
         description="Apply each optimization on top of the kept ones; keep it only if it is faster beyond "
-        "the measured noise and its losses match the fp32 reference.",
+        "the measured noise and its losses match the reference. With SCRIPT: the fixes stave can inject "
+        "into the unmodified script, each window one run of the script (docs/bench.md).",
+        usage="stave bench ladder [OPTIONS] [SCRIPT [ARGS...]]",
     )
     add_ladder_arguments(ladder)
-    ladder.add_argument("--json", metavar="PATH", help="write the result as JSON (schema stave.bench/1)")
+    ladder.add_argument(
+        "--allow-learning-changes",
+        action="store_true",
+        help="with SCRIPT: also try fixes that change what is learned per step (batch size); reported as such",
+    )
+    ladder.add_argument("target", nargs=argparse.REMAINDER, help="a training script and its arguments")
+    ladder.add_argument("--json", metavar="PATH", help="write the result as JSON (schema stave.bench/1; "
+                        "stave.bench.script/1 for a script)")
     ladder.add_argument("--html", metavar="PATH", help="write a self-contained HTML report with the chart")
     ladder.add_argument("--png", metavar="PATH", help="write the chart as PNG")
     ladder.add_argument("--quiet", action="store_true", help="no table on stdout and no progress on stderr")
     ladder.set_defaults(func=run_ladder_command)
+    p.set_defaults(split_target=split_target)
     # Its options belong to stave.data.benchmark, imported only when run: "+" as the prefix makes
     # this parser pass every "-..." argument (--help included) through untouched.
     data = inner.add_parser(
@@ -51,6 +63,18 @@ def register(sub: Any) -> None:
     )
     data.add_argument("data_args", nargs="*", help="options of the data benchmark (see --help)")
     data.set_defaults(func=run_data_command)
+
+
+def split_target(parser: argparse.ArgumentParser, tokens: list[str]) -> tuple[list[str], list[str]]:
+    """``stave bench ladder [OPTIONS] SCRIPT ARGS``: everything from SCRIPT on is the script's (as with
+    ``stave doctor``); the other benchmarks take their tokens as they are."""
+    from stave.cli.doctor import split_target as split_at_script
+
+    if not tokens or tokens[0] != "ladder":
+        return tokens, []
+    inner = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    own, script = split_at_script(inner.choices["ladder"], tokens[1:])
+    return ["ladder", *own], script
 
 
 def add_ladder_arguments(parser: argparse.ArgumentParser) -> None:
@@ -149,6 +173,40 @@ def _chosen_rungs(spec: Any, names: str | None) -> Any:
     return [r for r in rungs if r.name in wanted]
 
 
+# Options of the in-process ladder that mean nothing for a script's child runs.
+NOT_FOR_SCRIPTS = (("workload", "--workload"), ("job", "--job"), ("size", "--size"), ("window_s", "--window-s"),
+                   ("device", "--device"), ("html", "--html"), ("png", "--png"))
+
+
+def _script_tokens(args: argparse.Namespace) -> list[str]:
+    """The script and its arguments (the ``--`` the splitter put before them left out)."""
+    rest = list(getattr(args, "target", None) or [])
+    return rest[1:] if rest[:1] == ["--"] else rest
+
+
+def script_ladder_from_args(args: argparse.Namespace, progress: Callable[[str], None]) -> Any:
+    """The ladder over injectable fixes on the script in ``args.target``."""
+    from stave.bench.script_ladder import DEFAULT_STEPS, PAIRS, ScriptOptions, run_script_ladder
+    from stave.capture.runner import Target
+
+    rest = _script_tokens(args)
+    given = [flag for name, flag in NOT_FOR_SCRIPTS if getattr(args, name, None) not in (None, False)]
+    if given:
+        raise UsageError(f"{', '.join(given)}: not for a script (each window is a run of the script; see docs/bench.md)")
+    rungs = tuple(n.strip() for n in args.rungs.split(",") if n.strip()) if args.rungs else None
+    pairs = args.pairs if args.pairs is not None else PAIRS
+    options = ScriptOptions(
+        steps=args.steps if args.steps is not None else DEFAULT_STEPS,
+        pairs=pairs,
+        max_pairs=max(pairs, 2 * PAIRS),
+        seed=args.seed,
+        quick=args.quick,
+        allow_learning_changes=args.allow_learning_changes,
+        rungs=rungs,
+    )
+    return run_script_ladder(Target(rest[0], tuple(rest[1:])), options, progress=progress)
+
+
 def run_ladder_command(args: argparse.Namespace) -> int:
     """Climb, print the table and the code, write the files asked for."""
     from rich.console import Console
@@ -156,6 +214,9 @@ def run_ladder_command(args: argparse.Namespace) -> int:
 
     from stave.bench.result import LadderIncomplete
 
+    script = bool(_script_tokens(args))
+    if not script and args.allow_learning_changes:
+        raise UsageError("--allow-learning-changes applies to a script (stave bench ladder SCRIPT)")
     check_outputs((args.json, "--json"), (args.html, "--html"), (args.png, "--png"))
     err = Console(stderr=True, highlight=False)
 
@@ -164,7 +225,7 @@ def run_ladder_command(args: argparse.Namespace) -> int:
             err.print(Text(message, style="dim"))
 
     try:
-        result = ladder_from_args(args, progress)
+        result = script_ladder_from_args(args, progress) if script else ladder_from_args(args, progress)
     except LadderIncomplete as stopped:
         # Write and show what was measured, then fail as the cause says (Ctrl-C, an error).
         _write_and_show(args, stopped.result)
@@ -177,10 +238,11 @@ def run_ladder_command(args: argparse.Namespace) -> int:
 
 def _write_and_show(args: argparse.Namespace, result: Any) -> None:
     """Write the files asked for, then the table and the paste-able code (unless --quiet)."""
-    from rich.console import Console
-
     from stave.files import atomic_write_bytes, atomic_write_json, atomic_write_text
 
+    if hasattr(result, "script"):
+        _write_and_show_script(args, result)
+        return
     if args.json:
         from stave.report.bench_json import to_json
 
@@ -196,13 +258,31 @@ def _write_and_show(args: argparse.Namespace, result: Any) -> None:
     if not args.quiet:
         from stave.report.bench_table import ladder_report
 
-        # Piped output gets a fixed width wide enough for the reasons column (rich assumes 80).
-        out = Console(highlight=False, width=None if sys.stdout.isatty() else TABLE_WIDTH)
-        out.print(ladder_report(result))
-        heading = "final configuration" if result.incomplete is None else "configuration kept so far"
-        out.print(f"\n{heading} (stave tune prints just this):\n")
-        # Plain print: the code must paste exactly, without rich's wrapping or markup.
-        print(result.code, end="")
+        _show(ladder_report(result), result, "(stave tune prints just this)")
+
+
+def _show(report: Any, result: Any, code_note: str) -> None:
+    """The table and summary, then the final configuration's code."""
+    from rich.console import Console
+
+    # Piped output gets a fixed width wide enough for the reasons column (rich assumes 80).
+    out = Console(highlight=False, width=None if sys.stdout.isatty() else TABLE_WIDTH)
+    out.print(report)
+    heading = "final configuration" if result.incomplete is None else "configuration kept so far"
+    out.print(f"\n{heading} {code_note}:\n")
+    # Plain print: the code must paste exactly, without rich's wrapping or markup.
+    print(result.code, end="")
+
+
+def _write_and_show_script(args: argparse.Namespace, result: Any) -> None:
+    """The script ladder's JSON, table and code."""
+    from stave.files import atomic_write_json
+    from stave.report.bench_script import script_report, to_json
+
+    if args.json:
+        atomic_write_json(args.json, to_json(result))
+    if not args.quiet:
+        _show(script_report(result), result, "as code to write into the script (stave does not edit it)")
 
 
 def run_data_command(args: argparse.Namespace) -> int:

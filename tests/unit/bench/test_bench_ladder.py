@@ -114,6 +114,59 @@ def test_batch_size_grows_while_it_helps(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "scale the learning rate" in result.code
 
 
+# The batch search without --quick's cap: batch 16 of the tiny job's 1024 samples grows to 32, 64, 128, 256.
+FULL_SEARCH = LadderOptions(device="cpu", timing=OPTIONS.timing)
+
+
+def batch_speed(rates: dict[int, float]):
+    """A speed model from batch size to samples/s (the rest of the configuration does not matter)."""
+    return lambda c: rates[c.batch_size]
+
+
+def test_a_grow_search_looks_past_one_flat_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Batch 32 gains nothing, 64 gains 1.3x over the job's 16: one flat step must not end the search.
+    patch_speed(monkeypatch, batch_speed({16: 100.0, 32: 100.5, 64: 130.0, 128: 130.5, 256: 200.0}))
+    result = run_ladder(tiny_job.spec(batch_size=16), FULL_SEARCH, [rung("batch_size", plan_batch_size)])
+    row = by_name(result, "batch_size")
+    assert [t.config.batch_size for t in row.trials] == [32, 64, 128, 256]
+    assert [t.accepted for t in row.trials] == [False, True, False, True]
+    # 64 was timed against the job's 16 (the best so far), not against the flat 32.
+    assert row.trials[1].ratio == pytest.approx(1.3, rel=0.02)
+    assert row.status == "kept" and result.final.batch_size == 256
+    assert row.chosen.x_baseline == pytest.approx(2.0, rel=0.02)
+
+
+def test_a_grow_search_stops_after_two_non_gains_in_a_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 128 would be 2x, but two flat steps in a row (32, 64) end the search before it.
+    patch_speed(monkeypatch, batch_speed({16: 100.0, 32: 100.5, 64: 99.0, 128: 200.0, 256: 200.0}))
+    result = run_ladder(tiny_job.spec(batch_size=16), FULL_SEARCH, [rung("batch_size", plan_batch_size)])
+    row = by_name(result, "batch_size")
+    assert [t.config.batch_size for t in row.trials] == [32, 64]
+    assert row.status == "reverted" and row.revert_kind == "speed" and result.final.batch_size == 16
+
+
+def test_a_grow_search_counts_misses_from_the_last_gain(monkeypatch: pytest.MonkeyPatch) -> None:
+    # kept, flat, kept, flat, flat: the miss count restarts after each gain.
+    patch_speed(monkeypatch, batch_speed({16: 100.0, 32: 120.0, 64: 120.5, 128: 150.0, 256: 150.5}))
+    result = run_ladder(tiny_job.spec(batch_size=16), FULL_SEARCH, [rung("batch_size", plan_batch_size)])
+    row = by_name(result, "batch_size")
+    assert [(t.config.batch_size, t.accepted) for t in row.trials] == [(32, True), (64, False), (128, True), (256, False)]
+    assert result.final.batch_size == 128
+
+
+def test_a_grow_search_stops_at_the_first_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    patch_speed(monkeypatch, batch_speed({16: 100.0, 32: 100.5, 64: 200.0}))
+
+    def grow(ctx, current):
+        return Plan("grow", (("batch 32", {"batch_size": 32}), ("broken", {"loader": "nowhere"}),
+                             ("batch 64", {"batch_size": 64})))
+
+    result = run_ladder(tiny_job.spec(batch_size=16), FULL_SEARCH, [rung("grow", grow)])
+    row = by_name(result, "grow")
+    assert [t.label for t in row.trials] == ["batch 32", "broken"] and row.trials[1].revert_kind == "error"
+    assert result.final.batch_size == 16
+
+
 def test_a_failing_candidate_is_reverted_and_the_climb_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
     patch_speed(monkeypatch, lambda c: 100.0 * (1.5 if c.uint8 else 1.0))
 
