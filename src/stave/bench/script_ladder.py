@@ -28,7 +28,7 @@ from stave.bench.compare import MIN_GAIN, Comparison, TimingPlan, verdict
 from stave.bench.final import NO_FED, machine_facts
 from stave.bench.ladder import grow_search
 from stave.bench.losscheck import INPUT_STAT_TOL, LOSS_CHECK_STEPS, LOSS_NOISE_FACTOR, LossCheck
-from stave.bench.losscheck import check_child_losses, yardstick_tolerance
+from stave.bench.losscheck import check_child_losses, input_noise_tolerance, yardstick_tolerance
 from stave.bench.result import (
     BASELINE,
     KEPT,
@@ -127,7 +127,7 @@ class Runs:
         self.count += 1
         result = self.run_fn(spec, self.work_dir, f"{self.count:03d}-{tag}")
         if not result.ok:
-            raise RunFailed(_crash_text(result))
+            raise RunFailed(result.failure_text()[:300])
         ends = result.step_end_s
         if len(ends) < warmup + 2:
             raise RunFailed(f"the script ended after {len(ends)} steps, fewer than the {warmup} warm-up steps "
@@ -163,12 +163,6 @@ class Runs:
         return result
 
 
-def _crash_text(result: ChildResult) -> str:
-    last = [line for line in result.stderr_tail.strip().splitlines() if line.strip()]
-    detail = result.error or (last[-1] if last else f"exit code {result.exit_code}")
-    return f"the script failed: {detail}"[:300]
-
-
 class ScriptClimb:
     """State of one climb over a script: runs, the reference run, the tolerance, results so far."""
 
@@ -178,6 +172,7 @@ class ScriptClimb:
         self.progress = runs.progress
         self.reference = reference
         self.tolerance = tolerance
+        self.reseed_input_tolerance: float | None = None
         self.baseline = ScriptConfig()
         self.x_of: dict[ScriptConfig, float] = {self.baseline: 1.0}
         self.results: list[RungResult] = []
@@ -226,8 +221,26 @@ class ScriptClimb:
         # A fix that leaves the arithmetic alone (workers, pinning) is held to the inputs only: with
         # loader workers a script's random augmentations draw from other generators.
         losses = None if learning or not numeric else run.losses
+        reseeds = any(u is not None and u.reseeds for u in units)
         return check_child_losses(losses, run.input_stats, self.reference.losses, self.reference.input_stats,
-                                  self.tolerance)
+                                  self.tolerance, self.input_tolerance() if reseeds else INPUT_STAT_TOL)
+
+    def input_tolerance(self) -> float:
+        """The input-statistics tolerance of a fix that reseeds random draws: how far another seed moves
+        the script's inputs (one more run of the script as written, made once), see
+        :func:`~stave.bench.losscheck.input_noise_tolerance`."""
+        if self.reseed_input_tolerance is None:
+            runs = self.runs
+            # As many steps as the reference run, so both statistics cover the same batches' worth.
+            spec = ChildRun(runs.target, steps=runs.warmup(self.baseline) + self.options.steps,
+                            loss_steps=self.options.loss_steps, seed=self.options.seed + 1,
+                            timeout_s=self.options.timeout_s)
+            runs.count += 1
+            self.progress("input-noise yardstick: the script as written with another seed")
+            other = runs.run_fn(spec, runs.work_dir, f"{runs.count:03d}-input-noise")
+            self.reseed_input_tolerance = input_noise_tolerance(other.input_stats if other.ok else None,
+                                                          self.reference.input_stats)
+        return self.reseed_input_tolerance
 
     def climb(self, rung: ScriptRung, current: ScriptConfig, ctx: ScriptContext) -> tuple[RungResult, ScriptConfig]:
         """One rung: its plan searched as the built-in ladder searches it."""
@@ -391,7 +404,8 @@ def _result(climb: ScriptClimb, final: ScriptConfig, started: float, facts: dict
         best_speedup_noise=noise,
         chain_speedup=chain,
         loss_check={"steps": options.loss_steps, "tolerance": climb.tolerance, "noise_factor": LOSS_NOISE_FACTOR,
-                    "input_tolerance": INPUT_STAT_TOL, "reference": "the script as written, same seed"},
+                    "input_tolerance": INPUT_STAT_TOL, "input_tolerance_reseeding": climb.reseed_input_tolerance,
+                    "reference": "the script as written, same seed"},
         code=script_code(Path(target.name).name, final.changes_from(climb.baseline)),
         duration_s=time.perf_counter() - started,
         runs=climb.runs.count,

@@ -16,7 +16,7 @@ The loss tolerance is the ladder's: :data:`~stave.bench.losscheck.LOSS_REL_TOL`,
 :data:`~stave.bench.losscheck.LOSS_NOISE_FACTOR` times how far rounding the initial weights to bf16
 moves this job's losses (one extra run, made once). For a fix that moves random draws to other
 generators (loader workers), the input statistics may differ as much as another seed makes them
-(times :data:`INPUT_NOISE_FACTOR`; one more run, made once). A fix that crashes the script is reported and
+(times :data:`~stave.bench.losscheck.INPUT_NOISE_FACTOR`; one more run, made once). A fix that crashes the script is reported and
 the next finding tried. Ctrl-C stops the current run and keeps everything measured so far.
 The user's files are never edited; each run repeats the script's own writes.
 """
@@ -50,10 +50,6 @@ DEFAULT_RUN_STEPS = 30
 DEFAULT_RUN_WARMUP = 5
 # A run past this many seconds is stopped (and counts as crashed): a hung fix must not hang --verify.
 DEFAULT_RUN_TIMEOUT_S = 600.0
-# For a fix that moves random draws to other generators (loader workers), the input statistics may
-# differ from the baseline's as much as another seed's do; twice that seed-to-seed deviation is
-# allowed (a lost normalization still moves them by 0.5-4 sd, far beyond a few batches' noise).
-INPUT_NOISE_FACTOR = 2.0
 # The seed of the input-noise yardstick run: any other than the runs' own.
 NOISE_SEED_OFFSET = 1
 
@@ -133,54 +129,32 @@ class _Runner:
 
     def loss_tolerance(self, baseline: ChildResult) -> float:
         """The ladder's tolerance, scaled by how far bf16-rounded initial weights move this job's losses."""
-        from stave.bench.losscheck import LOSS_NOISE_FACTOR, LOSS_REL_TOL, loss_deviations
+        from stave.bench.losscheck import yardstick_tolerance
 
         if self._tolerance is None:
             yardstick = self.run("loss-check", "bf16 yardstick", perturb=True)
-            devs = [d for d in loss_deviations(tuple(yardstick.losses), tuple(baseline.losses)) if math.isfinite(d)]
-            self._tolerance = max(LOSS_REL_TOL, LOSS_NOISE_FACTOR * max(devs, default=0.0))
+            self._tolerance = yardstick_tolerance(list(yardstick.losses), list(baseline.losses))
         return self._tolerance
 
     def input_tolerance(self, baseline: ChildResult) -> float:
-        """The input-statistics tolerance for a fix that reseeds random draws: the ladder's, or
-        :data:`INPUT_NOISE_FACTOR` times how far another seed moves this job's input statistics."""
-        from stave.bench.losscheck import INPUT_STAT_TOL
+        """The input-statistics tolerance for a fix that reseeds random draws (made once, one more run)."""
+        from stave.bench.losscheck import input_noise_tolerance
 
         if self._input_tolerance is None:
             other = self.run("loss-check", "input-noise yardstick", seed_offset=NOISE_SEED_OFFSET)
-            dev = stats_deviation_of(other, baseline)
-            noise = dev if dev is not None and math.isfinite(dev) else 0.0
-            self._input_tolerance = max(INPUT_STAT_TOL, INPUT_NOISE_FACTOR * noise)
+            self._input_tolerance = input_noise_tolerance(other.input_stats, baseline.input_stats)
         return self._input_tolerance
-
-
-def _crash_text(result: ChildResult, when: str = "with the fix") -> str:
-    last = [line for line in result.stderr_tail.strip().splitlines() if line.strip()]
-    detail = result.error or (last[-1] if last else f"exit code {result.exit_code}")
-    return f"the script failed {when}: {detail}"
-
-
-def stats_deviation_of(run: ChildResult, baseline: ChildResult) -> float | None:
-    """The ladder's input-statistics deviation of ``run`` from ``baseline`` (None when not comparable)."""
-    import torch
-
-    from stave.bench.losscheck import stats_deviation
-
-    def stats(r: ChildResult) -> Any:
-        return torch.tensor(r.input_stats, dtype=torch.float64) if r.input_stats else None
-
-    return stats_deviation(stats(run), stats(baseline))
 
 
 def loss_check(fixed: ChildResult, baseline: ChildResult, tolerance: float,
                input_tolerance: float | None = None) -> dict[str, Any]:
     """The ladder's loss check of ``fixed`` against ``baseline`` (same seed, same first steps);
     ``input_tolerance``: the input statistics' (default the ladder's)."""
-    from stave.bench.losscheck import INPUT_STAT_TOL, LossCheck
+    from stave.bench.losscheck import INPUT_STAT_TOL, check_child_losses
 
     in_tol = INPUT_STAT_TOL if input_tolerance is None else input_tolerance
-    check = LossCheck(tuple(fixed.losses), tuple(baseline.losses), tolerance,
-                      input_dev=stats_deviation_of(fixed, baseline), input_tolerance=in_tol)
+    check = check_child_losses(list(fixed.losses), fixed.input_stats, list(baseline.losses), baseline.input_stats,
+                               tolerance, in_tol)
     max_dev = check.max_dev
     return {"max_dev": max_dev if math.isfinite(max_dev) else None, "tolerance": tolerance,
             "input_dev": check.input_dev, "input_tolerance": in_tol, "steps": len(check.losses),
@@ -205,7 +179,7 @@ def _verify_one(runner: _Runner, finding: Finding, plan: FixPlan, item: Verified
     base = runner.run(finding.id, "baseline warm-up")
     runs_left -= 1
     if not base.ok:
-        item.status, item.reason = "baseline_failed", _crash_text(base, "without any fix")
+        item.status, item.reason = "baseline_failed", base.failure_text("without any fix")
         runner.events.skipped_runs(runs_left)
         return
     fixed = runner.run(finding.id, "fixed warm-up", selection)
@@ -213,7 +187,7 @@ def _verify_one(runner: _Runner, finding: Finding, plan: FixPlan, item: Verified
     item.fix_report = fixed.fixes
     outcome = _fix_outcome(fixed.fixes)
     if not fixed.ok or outcome is not None:
-        item.status, item.reason = ("crashed", _crash_text(fixed)) if not fixed.ok else outcome  # type: ignore[assignment]
+        item.status, item.reason = ("crashed", fixed.failure_text("with the fix")) if not fixed.ok else outcome  # type: ignore[assignment]
         runner.events.skipped_runs(runs_left)
         return
     if plan.changes_learning:
@@ -230,7 +204,7 @@ def _verify_one(runner: _Runner, finding: Finding, plan: FixPlan, item: Verified
         b = runner.run(finding.id, f"fixed {pair + 1}", selection)
         runs_left -= 2
         if not b.ok:
-            item.status, item.reason = "crashed", _crash_text(b)
+            item.status, item.reason = "crashed", b.failure_text("with the fix")
             runner.events.skipped_runs(runs_left)
             return
         va, vb = runner.value(a, plan.statistic), runner.value(b, plan.statistic)

@@ -75,6 +75,12 @@ class ChildResult:
         """The script ran to its budget or end without an error."""
         return self.exit_code == 0 and self.stopped_by in ("steps", "end", "exit")
 
+    def failure_text(self, when: str = "") -> str:
+        """One line saying how the script failed: its error, else its last stderr line, else its exit code."""
+        last = [line for line in self.stderr_tail.strip().splitlines() if line.strip()]
+        detail = self.error or (last[-1] if last else f"exit code {self.exit_code}")
+        return f"the script failed{' ' + when if when else ''}: {detail}"
+
     def step_times_s(self, warmup: int = 0) -> list[float]:
         """Durations of the steps after the first ``warmup`` (a step spans two step ends)."""
         ends = self.step_end_s
