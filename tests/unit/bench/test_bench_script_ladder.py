@@ -33,12 +33,16 @@ class FakeScript:
 
     def __init__(self, speed: dict[str, float] | None = None, loss_shift: dict[str, float] | None = None,
                  unused: tuple[str, ...] = (), crash: tuple[str, ...] = (),
-                 interrupt_after: int | None = None) -> None:
+                 interrupt_after: int | None = None, stats_shift: dict[str, float] | None = None,
+                 seed_stats_shift: float = 0.0) -> None:
         self.speed = speed or {}
         self.loss_shift = loss_shift or {}
         self.unused = unused
         self.crash = crash
         self.interrupt_after = interrupt_after
+        # Input means moved by this many sd: by fix id, and in a run with another seed.
+        self.stats_shift = stats_shift or {}
+        self.seed_stats_shift = seed_stats_shift
         self.runs: list[dict[str, Any]] = []
 
     def __call__(self, run: ChildRun, work_dir: str, name: str) -> ChildResult:
@@ -64,8 +68,10 @@ class FakeScript:
         report = [{"id": f, "params": p, "status": "no_effect" if f in self.unused else "applied",
                    "reason": "no DataLoader over a TensorDataset" if f in self.unused else None}
                   for f, p in fixes.items()]
+        moved = sum(self.stats_shift.get(f, 0.0) for f in fixes) + (self.seed_stats_shift if run.seed else 0.0)
+        stats = [[mean + moved * sd, sd] for mean, sd in STATS]
         return ChildResult(0, "steps", step_end_s=[step_s * (i + 1) for i in range(steps)], samples=[batch] * steps,
-                           losses=[v * shift for v in LOSSES], input_stats=STATS, fixes=report)
+                           losses=[v * shift for v in LOSSES], input_stats=stats, fixes=report)
 
 
 @pytest.fixture
@@ -120,6 +126,20 @@ def test_a_fix_that_finds_nothing_to_change_is_skipped_after_one_run(script: Tar
     row = rung(result, "workers")
     assert row.status == "skipped" and "found nothing to change" in row.reason
     assert len(fake.runs) == 3  # baseline, yardstick, one run with 1 worker; no timing, no larger counts
+
+
+@pytest.mark.parametrize(("seed_noise_sd", "kept"), [(0.1, True), (0.0, False)])
+def test_a_worker_fix_may_move_the_inputs_as_far_as_another_seed_does(
+        script: Target, tmp_path: Path, seed_noise_sd: float, kept: bool) -> None:
+    # Workers draw random augmentations from their own seeds: inputs 0.15 sd off. Another seed moves
+    # them 0.1 sd, so twice that (0.2) is allowed; with no seed-to-seed noise the 0.1 floor reverts it.
+    fake = FakeScript(speed={"num_workers": 2.0}, stats_shift={"num_workers": 0.15}, seed_stats_shift=seed_noise_sd)
+    result = climb(script, fake, tmp_path, rungs=("workers",))
+    row = rung(result, "workers")
+    assert (row.status == "kept") is kept
+    if not kept:
+        assert row.revert_kind == "loss"
+    assert result.loss_check["input_tolerance_reseeding"] == pytest.approx(max(0.1, 2 * seed_noise_sd))
 
 
 def test_batch_size_only_with_the_flag_and_never_on_losses(script: Target, tmp_path: Path) -> None:
