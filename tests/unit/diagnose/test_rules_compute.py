@@ -21,7 +21,6 @@ from synth_records import (
 from stave.analyze.step_inputs import PIN_COPY_BYTES_PER_S
 from stave.diagnose.rules import batch
 from stave.measure import ProbeResults
-from stave.measure.config import OptimizerInfo
 
 
 def probes(**kw) -> ProbeResults:
@@ -111,13 +110,8 @@ def _per_sample(k: float) -> float:
     return k * 14 / (7.25 + 5.75 * k + 1.0)
 
 
-def fused_config(**changes):
-    """The synthetic config with an optimizer that is already fused (nothing left to fuse)."""
-    return healthy_config(optimizers=[OptimizerInfo("SGD", 11_000_000, 62, fused=True)], **changes)
-
-
 def test_small_batch_from_fixed_costs():
-    rec = healthy_record(steps=tiny_steps(), probes=probes(), config=fused_config())
+    rec = healthy_record(steps=tiny_steps(), probes=probes())
     f = run_rule("SMALL_BATCH", rec)
     assert f is not None
     share = 7.25 / 14
@@ -130,31 +124,6 @@ def test_small_batch_from_fixed_costs():
     assert f.est_speedup > 1 / (share / k + 1 - share)  # the data wait is not per sample
     assert f"batch_size={32 * k}" in f.fix and f"lr = base_lr * {k}" in f.fix
     assert f.evidence["model_inputs_changed"] == {"batch_scale": [1, k]}
-
-
-def test_small_batch_does_not_grow_the_batch_to_amortize_what_fusing_removes():
-    # The per-tensor optimizer loop takes 5 of 14 ms. OPTIMIZER_UNFUSED's fix removes part of it
-    # without touching what is learned; SMALL_BATCH's share counts only what stays fixed after that
-    # (a batch is not grown to amortize what fusing removes). Its estimate is unchanged: a cost paid
-    # once per step stays once per step, fixed or not.
-    def rules(fused_ratio: float):
-        rec = healthy_record(steps=tiny_steps(), probes=probes(optimizer_fused_ratio=fused_ratio))
-        return run_rule("SMALL_BATCH", rec), run_rule("OPTIMIZER_UNFUSED", rec)
-
-    # Fused 1.25x faster: 1 ms removable; 4 ms optimizer + 2.25 ms dispatch stay fixed (45 %).
-    small, fused = rules(1.25)
-    assert fused is not None and small is not None
-    assert small.evidence["optimizer_fusable_s"] == pytest.approx(0.001, rel=0.01)
-    assert small.evidence["fixed_s_per_step"] == pytest.approx(0.00625, rel=0.01)
-    k = small.evidence["batch_growth"]
-    assert small.est_speedup == pytest.approx(k * 14 / (1.0 + 6.25 + 5.75 * k + 1.0), rel=0.02)
-    unfusable = run_rule("SMALL_BATCH", healthy_record(steps=tiny_steps(), probes=probes(), config=fused_config()))
-    assert small.evidence["fixed_share"] < unfusable.evidence["fixed_share"]
-    assert small.est_speedup == pytest.approx(unfusable.est_speedup, rel=0.01)
-    # Fused 5x faster: 1 ms of optimizer + 2.25 ms of dispatch stay fixed, 23 % of the step, under
-    # SMALL_BATCH's third: the fused optimizer is the finding, not a larger batch.
-    small, fused = rules(5.0)
-    assert small is None and fused is not None
 
 
 def test_small_batch_never_names_a_batch_beyond_linear_lr_scaling():
@@ -222,7 +191,7 @@ def test_small_batch_main_process_collate_is_paid_per_batch():
 
 def test_small_batch_counts_op_bound_compute_as_fixed():
     def rec_with(flops_fwd: float, flops_bwd: float):
-        rec = healthy_record(steps=tiny_steps(), probes=probes(fp32_matmul_flops_per_s=1e11), config=fused_config())
+        rec = healthy_record(steps=tiny_steps(), probes=probes(fp32_matmul_flops_per_s=1e11))
         rec.config = dataclasses.replace(rec.config, flops_by_phase={"forward": flops_fwd, "backward": flops_bwd})
         return rec
 

@@ -14,12 +14,11 @@ import math
 
 from stave.analyze.pipeline import main_loader, summarize_pipeline
 from stave.analyze.step_inputs import PIN_COPY_BYTES_PER_S, step_inputs
-from stave.analyze.step_model import StepInputs, estimate, phase_s, without_phase_time
+from stave.analyze.step_model import StepInputs, estimate, phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
 from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, dataloader_call, is_gpu, make_finding, saving_speedup
-from stave.diagnose.rules.optimizer import fixed_optimizer_s
 
 # fp64 math runs at most half the fp32 rate: a SIMD register holds half as many fp64 values, and
 # GPUs have 1/2 (datacenter) down to 1/64 (consumer) of their fp32 rate. 2x is the least it costs.
@@ -196,15 +195,7 @@ def _fixed_costs_s(inp: DoctorInput) -> tuple[float, dict[str, float]]:
     """
     record, summary = inp.record, inp.summary
     cfg = record.config
-    # A change to what is learned (the batch) is priced after the changes that leave it alone: the
-    # optimizer's fixed cost is what its fastest implementation would take (OPTIMIZER_UNFUSED's fix),
-    # so a batch is not grown to amortize a cost that fusing removes outright: the fixed share that
-    # decides the finding leaves it out (``optimizer_fusable_s``). The estimate is unchanged by it:
-    # a cost paid once per step stays once per step at any batch.
-    optimizer_s = phase_s(summary, "optimizer")
-    fused_s = fixed_optimizer_s(inp)
-    fusable_s = max(0.0, optimizer_s - fused_s) if fused_s is not None else 0.0
-    parts: dict[str, float] = {"optimizer_s": optimizer_s - fusable_s}
+    parts: dict[str, float] = {"optimizer_s": phase_s(summary, "optimizer")}
     overhead = record.probes.op_overhead_ns
     compute = phase_s(summary, "forward") + phase_s(summary, "backward")
     ops = None
@@ -234,10 +225,7 @@ def _fixed_costs_s(inp: DoctorInput) -> tuple[float, dict[str, float]]:
         # The part of the wait beyond the samples' own loading and collation: sampler and fetch overhead.
         wait = summary.phase_median_s.get("data_wait", 0.0)
         parts["loader_overhead_s"] = max(0.0, wait - getitem - collate)
-    total = sum(parts.values())
-    if fusable_s > 0:
-        parts["optimizer_fusable_s"] = fusable_s
-    return total, parts
+    return sum(parts.values()), parts
 
 
 def _accumulation(record) -> int:
@@ -332,10 +320,6 @@ def small_batch(inp: DoctorInput) -> Finding | None:
     fixed_compute = fixed_s - parts.get("loader_overhead_s", 0.0) - parts.get("collate_per_batch_s", 0.0)
     before = model.changed(fixed_s=max(0.0, fixed_compute), load_cpu_s=model.load_cpu_s - moved,
                            load_extra_s=model.load_extra_s + moved)
-    if parts.get("optimizer_fusable_s", 0.0) > 0:
-        # Not in the model's fixed seconds, and not per-sample either: out of its phases, so the
-        # estimate keeps it in the step before and after the growth, once per step.
-        before = without_phase_time(before, {"optimizer": parts["optimizer_fusable_s"]})
     growth, est = _target_growth(before, parts, limit, accum, summary.step_time_mean_s)
     if growth < 2 or est < REPORT_MIN_SPEEDUP:
         return None

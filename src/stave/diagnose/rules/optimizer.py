@@ -61,25 +61,6 @@ def fused_optimizer_s(optimizer_s: float, optimizer_ops: int, groups: int, op_ov
     return max(optimizer_s - removed_ops * op_overhead_s, optimizer_s * MIN_TIME_LEFT)
 
 
-def fixed_optimizer_s(inp: DoctorInput) -> float | None:
-    """Seconds per step the optimizer would take in its fastest implementation (foreach or fused,
-    probed; else by the ops fusing removes), or None when the run's optimizer is already that one or
-    nothing measured says what it would take."""
-    record, summary = inp.record, inp.summary
-    cfg = record.config
-    if not any(is_unfused(o, is_gpu(record)) for o in cfg.optimizers):
-        return None
-    opt_s = phase_s(summary, "optimizer")
-    best = best_implementation(record.probes.optimizer_fused_ratio, record.probes.optimizer_foreach_ratio)
-    ops = cfg.aten_ops_by_phase.get("optimizer", 0)
-    overhead_ns = record.probes.op_overhead_ns
-    if best is not None:
-        return probed_optimizer_s(opt_s, best[1])
-    if overhead_ns and ops:
-        return fused_optimizer_s(opt_s, ops, len(cfg.optimizers), overhead_ns / 1e9)
-    return None
-
-
 @rule("OPTIMIZER_UNFUSED", kind="doctor")
 def optimizer_unfused(inp: DoctorInput) -> Finding | None:
     """The optimizer is a large share of the step and a fused implementation would shrink it."""
@@ -91,16 +72,19 @@ def optimizer_unfused(inp: DoctorInput) -> Finding | None:
     cfg = record.config
     unfused = [o for o in cfg.optimizers if is_unfused(o, gpu)]
     share = summary.breakdown.get("optimizer", 0.0)
+    overhead_ns = record.probes.op_overhead_ns
     best = best_implementation(record.probes.optimizer_fused_ratio, record.probes.optimizer_foreach_ratio)
     impl, ratio = best if best is not None else ("fused", None)
+    ops = cfg.aten_ops_by_phase.get("optimizer", 0)
     if not unfused or share < MIN_OPTIMIZER_SHARE:
         return None
     opt_s = phase_s(summary, "optimizer")
     tensors = sum(o.param_tensors for o in cfg.optimizers)
-    ops = cfg.aten_ops_by_phase.get("optimizer", 0)
-    overhead_ns = record.probes.op_overhead_ns
-    new_opt_s = fixed_optimizer_s(inp)
-    if new_opt_s is None:
+    if ratio is not None:
+        new_opt_s = probed_optimizer_s(opt_s, ratio)
+    elif overhead_ns and ops:
+        new_opt_s = fused_optimizer_s(opt_s, ops, len(cfg.optimizers), overhead_ns / 1e9)
+    else:
         return None
     est = saving_speedup(inp, {"optimizer": opt_s - new_opt_s}, t)
     if est < REPORT_MIN_SPEEDUP:
