@@ -125,6 +125,15 @@ def scan_dataset(dataset: Any) -> tuple[list[str], list[str]]:
     return handles, paths
 
 
+def _sampler_type(loader: Any) -> str:
+    """The class that orders the samples: the batch sampler's inner sampler, or a custom batch sampler
+    itself (one written to group by length has no ``sampler`` attribute)."""
+    batch_sampler = loader.batch_sampler
+    if batch_sampler is None:
+        return type(loader.sampler).__name__
+    return type(getattr(batch_sampler, "sampler", batch_sampler)).__name__
+
+
 def loader_info(loader: Any, loader_id: int) -> LoaderInfo:
     """Describe a DataLoader (settings only; counters are filled as it runs)."""
     import multiprocessing
@@ -151,8 +160,7 @@ def loader_info(loader: Any, loader_id: int) -> LoaderInfo:
         multiprocessing_context=method,
         dataset_type=type(dataset).__name__,
         dataset_len=length,
-        sampler_type=type(loader.batch_sampler.sampler).__name__ if loader.batch_sampler is not None
-        else type(loader.sampler).__name__,
+        sampler_type=_sampler_type(loader),
         iterable_dataset=iterable,
     )
     handles, paths = scan_dataset(dataset)
