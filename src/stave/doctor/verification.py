@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from stave.analyze.stats import median
+
 # What became of a finding's verification.
 STATUSES = (
     "kept",            # measured; the loss check passed (or does not apply: the fix changes learning)
@@ -57,11 +59,7 @@ class VerifiedFinding:
     @property
     def measured_speedup(self) -> float | None:
         """Median of the pair ratios (None before any pair was measured)."""
-        if not self.ratios:
-            return None
-        ordered = sorted(self.ratios)
-        mid = len(ordered) // 2
-        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+        return median(self.ratios) if self.ratios else None
 
     @property
     def interval(self) -> tuple[float, float] | None:
