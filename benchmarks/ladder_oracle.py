@@ -380,7 +380,9 @@ def docs_markdown(doc: dict[str, Any]) -> str:
         f"Machine: {machine.get('device_name', '?')}, {machine.get('cores_usable', '?')} usable cores, "
         f"torch {machine.get('torch', '?')}, native bf16: {machine.get('bf16_native')}. "
         f"Load average (1 min) from {min(loads, default=0):.1f} to {max(loads, default=0):.1f} over the run"
-        + (" (a shared machine: the numbers are noisy)." if max(loads, default=0) > (machine.get("cores_usable") or 1)
+        # The run's own load reaches the cores plus a worker (its threads and one loader worker):
+        # only beyond half again the cores did other work share the machine.
+        + (" (a shared machine: the numbers are noisy)." if max(loads, default=0) > 1.5 * (machine.get("cores_usable") or 1)
            else "."),
         "",
         f"Grid: {grid.get('points', '?')} eager points (workers x batch x precision x layout) around the job as "

@@ -138,6 +138,10 @@ class Scenario:
     fast_args: tuple[str, ...] = ()
     fast_steps: int = 15
     framework: str = ""
+    # An injected fix's parameter -> the script's option that applies the same value by hand
+    # (``num_workers -> --fixed-workers``): benchmarks/verify_vs_hand.py then times the hand fix
+    # with the value the doctor named, not the script author's own choice.
+    hand_params: tuple[tuple[str, str], ...] = ()
 
     @property
     def healthy(self) -> bool:
@@ -196,6 +200,7 @@ def load_matrix(path: Path = MATRIX_PATH, bf16: bool | None = None) -> list[Scen
             fast_args=tuple(raw.get("fast_args", ())),
             fast_steps=int(raw.get("fast_steps", defaults.get("fast_steps", 15))),
             framework=raw.get("framework", ""),
+            hand_params=tuple(sorted(raw.get("hand_params", {}).items())),
         ))
     return out
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -64,6 +65,7 @@ class Row:
     verify_interval: list[float] | None = None
     verify_pairs: int = 0
     hand_ratios: list[float] = field(default_factory=list)
+    hand_args: list[str] = field(default_factory=list)
     error: str | None = None
     load_avg_1min: list[float] = field(default_factory=list)
     seconds: float = 0.0
@@ -105,6 +107,16 @@ def hand_ratio(scenario: Scenario, a: dict[str, Any], b: dict[str, Any]) -> floa
     return b[stat] / a[stat] if stat == "samples_per_s" else a[stat] / b[stat]
 
 
+def hand_fix_args(scenario: Scenario, fixes: str) -> list[str]:
+    """The script options that apply, by hand, the values the injected fix used (``hand_params``).
+
+    ``fixes`` is the report's text of the injected fixes (``num_workers(num_workers=7) +
+    persistent_workers``); a parameter the scenario maps to an option is passed with that value.
+    """
+    values = dict(re.findall(r"(\w+)=([\w.]+)", fixes))
+    return [arg for name, option in scenario.hand_params if name in values for arg in (option, values[name])]
+
+
 def measure(scenario: Scenario, pairs: int, steps: int, tmp: Path, top: int = 1) -> Row:
     """One row: --verify, then the hand fix's interleaved pairs (after a warm-up pair)."""
     row = Row(scenario.name, scenario.expect, scenario.statistic)
@@ -122,10 +134,12 @@ def measure(scenario: Scenario, pairs: int, steps: int, tmp: Path, top: int = 1)
             row.verify_status, row.verify_speedup = item["status"], item["measured_speedup"]
             row.verify_interval, row.verify_pairs = item["interval"], item["pairs"]
         variant = scenario.variants[0]
+        row.hand_args = hand_fix_args(scenario, row.fixes)
+        fixed_cmd = script_cmd(scenario, variant, steps, fixed=True) + row.hand_args
         for pair in range(pairs + 1):  # the first pair warms the caches and is dropped
             row.load_avg_1min.append(os.getloadavg()[0])
             a = timing(run_child(script_cmd(scenario, variant, steps, fixed=False), cpus))
-            b = timing(run_child(script_cmd(scenario, variant, steps, fixed=True), cpus))
+            b = timing(run_child(fixed_cmd, cpus))
             if pair > 0:
                 row.hand_ratios.append(hand_ratio(scenario, a, b))
     except (ScenarioError, OSError, ValueError, KeyError) as exc:
@@ -142,8 +156,10 @@ def render_markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
     """The docs table: per scenario, estimate, --verify [interval], hand fix [min-max], verdict."""
     lines = [
         f"Run {meta['date']} on {meta['machine']}; {meta['pairs']} pairs per side, {meta['steps']} steps per run; "
-        f"1-min load average {meta['load_min']:.1f}-{meta['load_max']:.1f} (the machine was shared with other "
-        "work: the numbers are disturbed, and the intervals show how much).",
+        f"1-min load average {meta['load_min']:.1f}-{meta['load_max']:.1f} (the runs' own load included; "
+        "above about 3 on 2 cores other work shared the machine, and the intervals show how much). "
+        "Where a scenario maps the injected fix's parameter to a script option, the hand fix uses the value "
+        "the doctor named (the option is shown under the hand fix).",
         "",
         f"Command: `{meta['command']}`",
         "",
@@ -153,6 +169,8 @@ def render_markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
     for r in rows:
         interval = f" [{r.verify_interval[0]:.2f}-{r.verify_interval[1]:.2f}]" if r.verify_interval else ""
         hand = (f"{_x(r.hand_speedup)} [{min(r.hand_ratios):.2f}-{max(r.hand_ratios):.2f}]" if r.hand_ratios else "—")
+        if r.hand_args:
+            hand += f" `{' '.join(r.hand_args)}`"
         top = r.top or "—"
         top = top if top == r.expect else f"{top} ({r.expect})"
         if r.error:

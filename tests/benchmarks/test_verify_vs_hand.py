@@ -37,3 +37,14 @@ def test_only_injectable_findings_are_compared() -> None:
     ids = injectable_expectations()
     assert {"THREAD_OVERSUBSCRIPTION", "DATA_CPU_BOUND", "OPTIMIZER_UNFUSED"} <= ids
     assert "SMALL_BATCH" not in ids and "MEMORY_GROWTH" not in ids
+
+
+def test_the_hand_fix_takes_the_value_the_doctor_named() -> None:
+    from benchmarks.verify_vs_hand import hand_fix_args
+    from benchmarks.scenarios import load_matrix
+
+    io = next(s for s in load_matrix() if s.name == "io_latency_main")
+    assert hand_fix_args(io, "num_workers(num_workers=7) + persistent_workers") == ["--fixed-workers", "7"]
+    assert hand_fix_args(io, "threads(threads=2)") == []
+    other = next(s for s in load_matrix() if s.name == "oversubscription")
+    assert hand_fix_args(other, "num_workers(num_workers=7)") == []

@@ -190,7 +190,9 @@ def test_fast_scenario_top_finding_and_fixed_runs(scenario, tmp_path):
     if scenario.healthy:
         assert [f for f in findings if f[0] != driver.MACHINE_BUSY] == [], findings
     else:
-        assert driver.job_top(findings, hog=False) == scenario.expect, findings
+        # The test judges the job: a CI machine may be busy with other work, and MACHINE_BUSY first
+        # (about the machine, not the job) then lets the job's top finding count, as beside a hog.
+        assert driver.job_top(findings, hog=True) == scenario.expect, findings
 
 
 @pytest.mark.slow

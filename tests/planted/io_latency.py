@@ -7,7 +7,7 @@ sleeping worker is off-CPU and not waiting for a core, exactly like one blocked 
 so the doctor sees what it would see there; local disk I/O counters (iowait) stay quiet, as they
 do for network storage. Two loader workers cannot keep up with the small model.
 
-``--fixed``: eight workers per usable core keep that many reads in flight (blocked workers use no
+``--fixed``: eight workers per usable core (``--fixed-workers N``: N instead, to time the count the doctor named) keep that many reads in flight (blocked workers use no
 CPU): enough to hide the ~100 ms of reads per batch behind a few ms of compute, which is what the
 author means by the fix. The doctor names its own count from the measurements (the workers whose
 reads keep up with the compute, plus a spare, ``ceil(L / C) + 1``; bounded by memory, not cores):
@@ -63,11 +63,11 @@ def write_files(count: int) -> str:
 
 
 def main() -> None:
-    args = planted_args(__doc__.splitlines()[0])
+    args = planted_args(__doc__.splitlines()[0], fixed_workers=0)
     torch.manual_seed(0)
     dataset = FileDataset(write_files(1024))
     cores = len(os.sched_getaffinity(0))
-    workers = 8 * cores if args.fixed else 2
+    workers = (args.fixed_workers or 8 * cores) if args.fixed else 2
     loader = DataLoader(dataset, batch_size=32, shuffle=True, num_workers=workers, persistent_workers=True)
     model = nn.Sequential(nn.Linear(FEATURES, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)

@@ -4,7 +4,7 @@ Each sample is a small file opened in ``__getitem__`` on storage that answers af
 (emulated: ``READ_LATENCY_S`` of sleep before the read, off-CPU like a blocked NFS read), with
 ``num_workers=0``: the training loop waits out every read, one after another.
 
-``--fixed``: eight workers per usable core keep reads in flight (blocked workers use no CPU): enough
+``--fixed``: eight workers per usable core (``--fixed-workers N``: N instead) keep reads in flight (blocked workers use no CPU): enough
 to hide the ~70 ms of reads per batch behind the compute. The doctor names ``ceil(L / C) + 1``
 workers from its measurements, bounded by memory rather than cores (see io_latency.py): where both
 hide the latency, they are the same change for the step.
@@ -51,10 +51,10 @@ def make_files(count: int, features: int) -> str:
 
 
 def main() -> None:
-    args = planted_args(__doc__.splitlines()[0], steps=30, batch_size=32, features=512)
+    args = planted_args(__doc__.splitlines()[0], steps=30, batch_size=32, features=512, fixed_workers=0)
     torch.manual_seed(0)
     dataset = Files(make_files(1024, args.features))
-    extra = {"num_workers": 8 * len(os.sched_getaffinity(0)), "persistent_workers": True} if args.fixed else {}
+    extra = {"num_workers": args.fixed_workers or 8 * len(os.sched_getaffinity(0)), "persistent_workers": True} if args.fixed else {}
     loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True, **extra)
     model = nn.Sequential(nn.Linear(args.features, 512), nn.ReLU(), nn.Linear(512, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)

@@ -4,7 +4,7 @@ Samples are 16 KiB records in a few shard files; each ``__getitem__`` opens its 
 record from storage that answers after ``READ_LATENCY_S`` (emulated with a sleep, off-CPU like an
 object-store GET). One loader worker issues one read at a time and cannot keep up.
 
-``--fixed``: four workers per usable core, more reads in flight.
+``--fixed``: four workers per usable core, more reads in flight (``--fixed-workers N``: N instead).
 """
 
 from __future__ import annotations
@@ -54,9 +54,9 @@ def make_shards(shards: int) -> str:
 
 
 def main() -> None:
-    args = planted_args(__doc__.splitlines()[0], steps=30, batch_size=32, hidden=512)
+    args = planted_args(__doc__.splitlines()[0], steps=30, batch_size=32, hidden=512, fixed_workers=0)
     torch.manual_seed(0)
-    workers = 4 * len(os.sched_getaffinity(0)) if args.fixed else 1
+    workers = (args.fixed_workers or 4 * len(os.sched_getaffinity(0))) if args.fixed else 1
     loader = DataLoader(ShardRecords(make_shards(4), 4), batch_size=args.batch_size, shuffle=True,
                         num_workers=workers, persistent_workers=True)
     model = nn.Sequential(nn.Linear(RECORD_FLOATS, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 10))

@@ -14,7 +14,7 @@ from stave.analyze.breakdown import StepSummary
 from stave.analyze.host import HostSummary, summarize_host
 from stave.analyze.loading import usable_cores
 from stave.analyze.pipeline import summarize_pipeline
-from stave.analyze.step_model import COMPUTE_PHASES, StepInputs, calibrated
+from stave.analyze.step_model import COMPUTE_PHASES, StepInputs, calibrated, contention_factor
 from stave.measure.record import RunRecord
 
 # Above this share of the usable cores busy the machine was saturated: the trainer's threads could
@@ -135,6 +135,7 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
     elif phases["data_wait"] > 0:
         # No worker reported: the wait is loading in the main thread, of unknown kind.
         extra = phases["data_wait"]
+    probe_threads_cores = (record.probes.neighbour_probe or [0, 0])[:2]
     inp = StepInputs(
         phases_s=phases,
         cores=float(load.cores),
@@ -149,6 +150,7 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
         pin_cpu_s=pin,
         other_cores=load.other_cores or 0.0,
         oversubscription_penalty=record.probes.threads_speedup or 1.0,
+        contention_factor=contention_factor(record.probes.neighbour_stretch, *probe_threads_cores),
         samples_per_step=n,
         gpu=gpu,
         # NVML's utilization is the share of time a kernel ran: the device's busy time per step.

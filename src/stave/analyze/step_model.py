@@ -13,8 +13,12 @@ The step, per optimizer step (seconds):
   ``compute_threads`` threads. ``fixed_s`` of it does not grow with the batch.
 * **the CPU budget**: runnable threads want cores: the trainer's compute threads, the loader
   workers' CPU (spread over the step), the pin-memory thread, other processes on the machine.
-  With ``R`` wanting ``c`` usable cores a fair scheduler gives each ``c / R`` of a core, and a
-  parallel op waits for its slowest thread, so the compute stretches by ``max(1, R / c)``.
+  With ``R`` wanting ``c`` usable cores a fair scheduler gives each ``c / R`` of a core: the
+  fair-share stretch ``f = max(1, R / c)``, which single-threaded work (the loader workers, the
+  per-op dispatch) pays. A parallel op waits at its barrier for the thread that lost its core, so
+  it pays more: ``1 + k (f - 1)``, where ``k`` (``contention_factor``, >= 1) is measured by the
+  neighbour probe (the step's thread count beside one busy process; 2 threads on 2 cores measured
+  ~2.0-2.5x where fair sharing says 1.5x, so ``k`` ~2-3 there).
   Threads beyond the cores also pay the oversubscription penalty the thread probe measured.
 * **the input**: loader workers prepare batches alongside the compute; a prefetched batch hides
   behind the compute up to the compute time, so ``T = max(C, producer time per batch)``. Loading
@@ -64,6 +68,8 @@ class StepInputs:
     outside the job. ``cores``: usable cores (affinity, cgroup quota).
     ``oversubscription_penalty``: the thread probe's measured slowdown of threads > cores (1: none).
     ``batch_scale``: samples per step relative to the measured run. ``device_s``: GPU busy time.
+    ``contention_factor``: how much more than fair sharing a parallel op stretches per runnable
+    thread beyond the cores (1: fair sharing; from the neighbour probe, see :func:`contention_factor`).
     """
 
     phases_s: dict[str, float]
@@ -83,6 +89,7 @@ class StepInputs:
     phase_speed: dict[str, float] = field(default_factory=dict)
     batch_scale: float = 1.0
     samples_per_step: float = 0.0
+    contention_factor: float = 1.0
     gpu: bool = False
     device_s: float | None = None
     # The compute stretch the phases were measured under; set by :func:`calibrated` so the model
@@ -125,28 +132,67 @@ def _penalty(inp: StepInputs, threads: float) -> float:
     return max(1.0, inp.oversubscription_penalty) if threads > inp.cores else 1.0
 
 
-def _compute_s(inp: StepInputs, stretch: float) -> float:
-    """The main thread's compute per step under ``stretch``, after the fix's speed, batch and thread changes.
+# The neighbour probe's stretch read as a contention factor is bounded: a barrier-bound op can
+# lose at most the whole of the core its slowest thread shares (k = cores per extra thread), and
+# spin-waiting siblings and cache thrash can add to it; beyond twice that the probe itself was
+# disturbed, and the cap keeps one bad reading from dominating every estimate.
+CONTENTION_FACTOR_MAX_PER_CORE = 2.0
 
-    The measured compute is taken back to no contention (divided by ``stretch_measured``); its
-    parallel part (all but ``serial_s``) is CPU work split over the threads, so it scales with
-    measured threads / new threads. Threads beyond the cores add no throughput (the stretch holds
-    them to a fair share) and pay ``oversubscription_penalty``.
+
+def contention_factor(neighbour_stretch: float | None, threads: int, cores: int) -> float:
+    """``k`` of the parallel stretch from the neighbour probe: a matmul on ``threads`` threads beside
+    one busy process over the same alone, on ``cores`` usable cores.
+
+    Fair sharing predicts the probe's stretch ``f1 = max(1, (t + 1) / c) / max(1, t / c)``; the
+    measured one is ``1 + k (f1 - 1)``. ``None`` or no over-commit in the probe (t + 1 <= c: the
+    neighbour had a core of its own) leaves fair sharing, ``k = 1``.
+    """
+    if neighbour_stretch is None or threads < 2 or cores < 1:
+        return 1.0
+    fair1 = max(1.0, (threads + 1) / cores) / max(1.0, threads / cores)
+    if fair1 <= 1.0:
+        return 1.0
+    k = (neighbour_stretch - 1.0) / (fair1 - 1.0)
+    return min(max(1.0, k), CONTENTION_FACTOR_MAX_PER_CORE * cores)
+
+
+def _parallel_stretch(inp: StepInputs, fair: float, threads: float) -> float:
+    """The stretch of a parallel op (``threads`` > 1) under fair-share stretch ``fair``: it waits at
+    its barrier for the thread that lost its core, ``1 + k (fair - 1)``; one thread pays ``fair``."""
+    if threads <= 1.0 or fair <= 1.0:
+        return fair
+    return 1.0 + max(1.0, inp.contention_factor) * (fair - 1.0)
+
+
+def _compute_s(inp: StepInputs, stretch: float) -> float:
+    """The main thread's compute per step under fair-share ``stretch``, after the fix's speed, batch
+    and thread changes.
+
+    The measured compute is taken back to no contention: its serial part (``serial_s``, per-op
+    dispatch on one thread) ran under the measured fair-share stretch, the rest under the parallel
+    stretch of the measured thread count. That parallel part is CPU work split over the threads,
+    so it scales with measured threads / new threads. Threads beyond the cores add no throughput
+    (the stretch holds them to a fair share) and pay ``oversubscription_penalty``.
     """
     total = 0.0
     for phase in COMPUTE_PHASES:
         total += inp.phases_s.get(phase, 0.0) / max(inp.phase_speed.get(phase, 1.0), 1e-9)
-    base = total / max(inp.stretch_measured, 1e-9)
-    serial = min(inp.serial_s, base)
+    fair_m = max(inp.stretch_measured, 1e-9)
+    serial = min(inp.serial_s, total / fair_m)
+    par_m = max(0.0, total - serial * fair_m) / _parallel_stretch(inp, fair_m, max(1.0, inp.threads_measured))
+    base = serial + par_m
     fixed = min(inp.fixed_s, base)
-    parallel = (base - serial) * max(1.0, inp.threads_measured) / _threads_wanted(inp)
+    parallel = par_m * max(1.0, inp.threads_measured) / _threads_wanted(inp)
     if not inp.gpu:
         # The measured run paid the penalty when its threads exceeded the cores; the fix pays it
         # when its threads do.
         parallel *= _penalty(inp, inp.compute_threads) / _penalty(inp, inp.threads_measured)
     # Fixed per-step work stays; the rest grows with the batch.
     per_step = fixed + (serial + parallel - fixed) * inp.batch_scale if serial + parallel > fixed else serial + parallel
-    return per_step * stretch
+    # The serial part pays the fair share; the rest (parallel ops, and the optimizer's share of
+    # the fixed time) pays the parallel stretch of the threads the fix leaves.
+    serial_now = min(serial, per_step)
+    return serial_now * stretch + (per_step - serial_now) * _parallel_stretch(inp, stretch, _threads_wanted(inp))
 
 
 def _loading_s(inp: StepInputs, load_cpu_s: float, stretch: float | None) -> float:

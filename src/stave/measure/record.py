@@ -86,6 +86,12 @@ class ProbeResults:
     bf16_probe_shapes: list[list[int]] = field(default_factory=list)
     # The probe's pairs spread beyond what a quiet core shows even after a repeat: other load.
     bf16_probe_disturbed: bool = False
+    # A matmul at the script's thread count timed beside one busy process over the same alone
+    # (monitor/probes.py, CPU runs): how much one more runnable thread than the cores slows the
+    # step's parallel ops on this machine (fair sharing alone predicts (t + 1) / c; ops whose threads
+    # meet at a barrier wait for the one that lost its core, so it is often more); [threads, cores].
+    neighbour_stretch: float | None = None
+    neighbour_probe: list[int] = field(default_factory=list)
 
 
 @dataclass

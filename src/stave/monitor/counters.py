@@ -43,6 +43,9 @@ class ProcCounters:
     the monitor can tell a process born since the last tick (all its CPU time is new) from an old
     one it only now discovered. Context switches are those of the process's main thread (the
     kernel reports them per thread; summing every thread would mean reading one file per thread).
+    ``reaped_cpu_s`` is the CPU of the process's children that exited and were waited for (the
+    kernel's ``cutime + cstime``): how the CPU of a loader worker that exited between two ticks is
+    still counted as the job's.
     """
 
     cpu_s: float
@@ -51,6 +54,7 @@ class ProcCounters:
     started_s: float
     ctx_voluntary: int | None = None
     ctx_involuntary: int | None = None
+    reaped_cpu_s: float | None = None
 
 
 class CounterSource(Protocol):

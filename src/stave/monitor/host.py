@@ -74,6 +74,7 @@ class HostCollector:
         self._children: list[int] = []
         self._workers: list[int] = []
         self._others: list[int] = []
+        self._prev_workers: set[int] = set()
         self._children_scanned_s = float("-inf")
 
     def baseline(self) -> None:
@@ -86,6 +87,7 @@ class HostCollector:
             counters = self._source.process(pid, with_ctx)
             if counters is not None:
                 self._prev_procs[pid] = counters
+        self._prev_workers = set(self._workers)
 
     def _tree(self) -> list[tuple[int, bool]]:
         """``(pid, with_ctx)`` for the main process, the workers, and the other descendants."""
@@ -120,6 +122,7 @@ class HostCollector:
 
         self._prev_machine = machine
         self._prev_procs = procs
+        self._prev_workers = set(self._workers)
         self._prev_wall_s = wall_s
         self._prev_src_s = src_s
         return out
@@ -152,6 +155,23 @@ class HostCollector:
             return None
         return 100.0 * sum(known) / dt_s
 
+    def _exited_cpu_s(self, procs: dict[int, ProcCounters]) -> tuple[float, bool]:
+        """CPU seconds of the main process's children that exited in the interval, not yet counted.
+
+        The kernel adds a waited-for child's whole CPU time to its parent's ``reaped_cpu_s``; what
+        the previous tick already read of the children that disappeared was counted then, so only
+        the rest is new (all of it for a child born and gone between two ticks). Also whether the
+        exited ones were loader workers (or the worker set changed, a worker that was never read).
+        """
+        before, now = self._prev_procs.get(self._main_pid), procs.get(self._main_pid)
+        if before is None or now is None or before.reaped_cpu_s is None or now.reaped_cpu_s is None:
+            return 0.0, False
+        gone = [p for p in self._prev_procs if p not in procs and p != self._main_pid]
+        counted_s = sum(self._prev_procs[p].cpu_s for p in gone)
+        exited_s = max(0.0, now.reaped_cpu_s - before.reaped_cpu_s - counted_s)
+        were_workers = any(p in self._prev_workers for p in gone) or set(self._workers) != self._prev_workers
+        return exited_s, were_workers
+
     def _fill_processes(self, out: HostSample, procs: dict[int, ProcCounters], dt_s: float) -> None:
         main = procs.get(self._main_pid)
         if main is not None:
@@ -160,6 +180,14 @@ class HostCollector:
         out.workers_alive = sum(1 for p in self._workers if p in procs)
         out.cpu_workers_pct = self._group_cpu_pct(self._workers, procs, dt_s)
         out.cpu_children_pct = self._group_cpu_pct(self._others, procs, dt_s)
+        exited_s, were_workers = self._exited_cpu_s(procs)
+        if exited_s > 0 and dt_s > 0:
+            # Non-persistent loader workers exit at every epoch's end: their last moments' CPU is
+            # the job's, and left out it would read as another process's (a false MACHINE_BUSY).
+            if were_workers:
+                out.cpu_workers_pct = (out.cpu_workers_pct or 0.0) + 100.0 * exited_s / dt_s
+            else:
+                out.cpu_children_pct = (out.cpu_children_pct or 0.0) + 100.0 * exited_s / dt_s
         rss = [c.rss_bytes for c in procs.values() if c.rss_bytes is not None]
         # Forked workers share copy-on-write pages with the parent; RSS counts those in each
         # process, so the tree's sum is an upper bound on its memory (PSS would need smaps).

@@ -7,6 +7,10 @@ machine slows both sides alike:
   where the CPU has native bf16 (elsewhere bf16 is emulated and the answer is known: no).
 * the same fp32 matmul at the script's torch thread count vs one thread per usable core, only when
   the script asked for more threads than it may use (oversubscription).
+* on a CPU, the same fp32 matmul at the script's thread count beside one busy process (a spinning
+  child, paused between the timed windows) over the same alone: the stretch one more runnable
+  thread than there are cores gives the step's parallel ops, which the step model prices every
+  fix that adds or removes CPU load with.
 * the fixed host cost of one tiny tensor op: the floor under every op the step launches
   (dispatch, allocation and, on a GPU, the launch; measured as the thread's CPU time, with autograd
   off, so it is the per-op floor rather than a forward op's full cost).
@@ -20,7 +24,10 @@ and they restore every torch setting they touch, so the user's results are uncha
 from __future__ import annotations
 
 import logging
+import signal
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -53,7 +60,7 @@ MAX_REPS = 50
 MAX_STARTUP_S = 2.0
 # Budget shares of the three probes (renormalized over those that run). The thread probe switches
 # thread pools, whose first calls after a switch are slow, so it gets as much as the bf16 probe.
-_SHARES = {"bf16": 0.45, "fp32": 0.45, "threads": 0.4, "overhead": 0.15}
+_SHARES = {"bf16": 0.45, "fp32": 0.45, "threads": 0.4, "neighbour": 0.3, "overhead": 0.15}
 _SEED = 20240601
 # A shape's A/B pairs that differ by more than a quarter were disturbed: the same work timed back to
 # back varies by a few percent on a quiet core, so a larger spread means other load took the core.
@@ -252,6 +259,51 @@ def _threads_probe(torch_threads: int, cores: int, gen: torch.Generator, deadlin
     return result.ratio if result is not None else None
 
 
+class _Spinner:
+    """A child process that keeps one core busy while running and is paused (SIGSTOP) otherwise."""
+
+    def __init__(self) -> None:
+        # -S: no site import, so the child spins within milliseconds; it inherits the job's affinity.
+        self.proc = subprocess.Popen([sys.executable, "-S", "-c", "while True: pass"],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.pause()
+
+    def pause(self) -> None:
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def run(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def _neighbour_probe(torch_threads: int, gen: torch.Generator, deadline: float) -> float | None:
+    """Matmul time at ``torch_threads`` beside one spinning process over the same alone (>= 1 expected)."""
+    if not hasattr(signal, "SIGSTOP"):
+        return None  # no way to pause the neighbour between windows (Windows)
+    cpu = torch.device("cpu")
+    try:
+        spinner = _Spinner()
+    except OSError as exc:
+        log.debug("neighbour probe skipped: %s", exc)
+        return None
+    try:
+        torch.set_num_threads(torch_threads)
+
+        def make(size: int) -> Pair:
+            mm = _matmul(size, torch.float32, cpu, gen)
+            return mm, mm
+
+        result = _interleaved_ratio(CPU_MATMUL_SIZES, make, cpu, deadline, setup_a=spinner.run, setup_b=spinner.pause)
+    finally:
+        spinner.close()
+    # Contention is itself what varies here (which core the scheduler gives whom, for how long):
+    # pairs spread more than a quiet GEMM's, so the median is kept whatever the spread.
+    return result.ratio if result is not None else None
+
+
 def _overhead_probe(device: torch.device, deadline: float) -> float | None:
     x = torch.ones(4, device=device)
     y = torch.ones(4, device=device)
@@ -297,6 +349,8 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
         planned.append("fp32")
     if torch_threads > cores:
         planned.append("threads")
+    if not dev.is_cuda(device):
+        planned.append("neighbour")
     total_share = sum(_SHARES[p] for p in planned)
     out = ProbeResults()
     saved_threads = torch.get_num_threads()
@@ -307,7 +361,7 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
     spent_share = 0.0
     try:
         with torch.no_grad():
-            for name in ("bf16", "fp32", "threads", "overhead"):
+            for name in ("bf16", "fp32", "threads", "neighbour", "overhead"):
                 if name not in planned:
                     continue
                 spent_share += _SHARES[name] / total_share
@@ -332,6 +386,9 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                 elif name == "threads":
                     out.threads_speedup = _threads_probe(torch_threads, cores, cpu_gen, deadline)
                     out.threads_probe = [torch_threads, cores]
+                elif name == "neighbour":
+                    out.neighbour_stretch = _neighbour_probe(torch_threads, cpu_gen, deadline)
+                    out.neighbour_probe = [torch_threads, cores]
                 else:
                     out.op_overhead_ns = _overhead_probe(device, deadline)
     finally:

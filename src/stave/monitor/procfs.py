@@ -146,6 +146,7 @@ class PidStat:
     threads: int
     start_ticks: int
     rss_pages: int
+    reaped_ticks: int = 0
 
 
 def parse_pid_stat(text: str) -> PidStat:
@@ -159,6 +160,7 @@ def parse_pid_stat(text: str) -> PidStat:
     utime, stime = int(fields[11]), int(fields[12])
     return PidStat(
         cpu_ticks=utime + stime,
+        reaped_ticks=int(fields[13]) + int(fields[14]),  # cutime + cstime: waited-for children
         threads=int(fields[17]),
         start_ticks=int(fields[19]),
         rss_pages=int(fields[21]),
@@ -347,6 +349,7 @@ class ProcfsSource:
             started_s=stat.start_ticks * self._tick_s,
             ctx_voluntary=vol,
             ctx_involuntary=invol,
+            reaped_cpu_s=stat.reaped_ticks * self._tick_s,
         )
 
     def descendants(self, pid: int) -> list[int]:

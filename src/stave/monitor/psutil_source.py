@@ -105,6 +105,7 @@ class PsutilSource:
             started_s=started,
             ctx_voluntary=ctx.voluntary if ctx is not None else None,
             ctx_involuntary=ctx.involuntary if ctx is not None else None,
+            reaped_cpu_s=_reaped(cpu),
         )
 
     def descendants(self, pid: int) -> list[int]:
@@ -118,3 +119,9 @@ class PsutilSource:
     def close(self) -> None:
         """Drop the cached process handles."""
         self._procs.clear()
+
+
+def _reaped(cpu: object) -> float | None:
+    """CPU of exited, waited-for children (``children_user + children_system``; absent on some systems)."""
+    user, system = getattr(cpu, "children_user", None), getattr(cpu, "children_system", None)
+    return None if user is None or system is None else float(user) + float(system)

@@ -140,3 +140,32 @@ def test_estimate_carries_the_inputs_it_priced():
     est = estimate(base, after, 0.1)
     assert isinstance(est, ModelEstimate) and est.before is base and est.after is after
     assert not isinstance(est * 1.0, ModelEstimate)  # arithmetic gives a plain float
+
+
+def test_contention_factor_from_the_neighbour_probe():
+    from stave.analyze.step_model import CONTENTION_FACTOR_MAX_PER_CORE, contention_factor
+
+    # 2 threads on 2 cores beside one spinner: fair sharing says 1.5x; 2.0x measured is k = 2.
+    assert contention_factor(2.0, 2, 2) == pytest.approx(2.0)
+    assert contention_factor(1.5, 2, 2) == pytest.approx(1.0)
+    assert contention_factor(1.2, 2, 2) == 1.0  # never better than fair sharing
+    assert contention_factor(None, 2, 2) == 1.0
+    assert contention_factor(3.0, 2, 8) == 1.0  # the spinner had a core of its own: no information
+    assert contention_factor(1.0, 1, 2) == 1.0 and contention_factor(50.0, 2, 2) == CONTENTION_FACTOR_MAX_PER_CORE * 2
+
+
+def test_parallel_ops_pay_the_measured_contention_and_serial_work_the_fair_share():
+    # The same run measured with k = 1 and k = 2: each reproduces its measured step, but moving 0.1 s
+    # of main-process loading into a worker beside 2 compute threads on 2 cores buys less with k = 2.
+    phases = {**COMPUTE, "data_wait": 0.1}
+    fair = model(workers=0, load_cpu_s=0.1, phases_s=phases)
+    barrier = model(workers=0, load_cpu_s=0.1, phases_s=phases, contention_factor=2.0)
+    for inp in (fair, barrier):
+        assert step_time(inp).step_s == pytest.approx(0.2, rel=1e-6)
+    gain_fair = estimate(fair, fair.changed(workers=1), 0.2)
+    gain_barrier = estimate(barrier, barrier.changed(workers=1), 0.2)
+    assert gain_fair > gain_barrier >= 1.0
+    # One compute thread has no barrier: k changes nothing.
+    one = model(compute_threads=1.0, workers=0, load_cpu_s=0.1, phases_s=phases)
+    one_k = model(compute_threads=1.0, workers=0, load_cpu_s=0.1, phases_s=phases, contention_factor=3.0)
+    assert estimate(one, one.changed(workers=1), 0.2) == pytest.approx(estimate(one_k, one_k.changed(workers=1), 0.2))

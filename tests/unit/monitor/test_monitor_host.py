@@ -300,3 +300,32 @@ def test_the_portable_psutil_source_feeds_the_same_collector() -> None:
     assert s.cpu_main_pct is not None and s.cpu_main_pct > 0
     assert s.cpu_system_pct is not None and s.mem_available_bytes and s.rss_bytes and s.main_threads
     assert s.psi_cpu_some_pct is None and s.procs_running is None  # psutil reports neither
+
+
+def test_a_worker_that_exited_between_ticks_still_counts_as_the_jobs() -> None:
+    # A non-persistent worker used 0.3 s of CPU after the last tick and was reaped before this one:
+    # the main process's reaped-children CPU grows by its whole lifetime (1.0 + 0.3 s), of which
+    # 1.0 s was counted while it lived. The 0.3 s is the workers', not another process's.
+    src, clock = ScriptedSource(), Clock()
+    src.procs = {MAIN: ProcCounters(1.0, 1000, 3, 0.0, reaped_cpu_s=0.0), WORKER: _proc(1.0)}
+    c = _collector(src, clock, [WORKER])
+    c.baseline()
+    clock.t += 0.5
+    src.now += 0.5
+    src.procs = {MAIN: ProcCounters(1.1, 1000, 3, 0.0, reaped_cpu_s=1.3)}
+    s = c.sample(0, 0)
+    assert s.cpu_main_pct == pytest.approx(20.0)
+    assert s.cpu_workers_pct == pytest.approx(60.0)
+    assert s.cpu_children_pct is None
+
+
+def test_a_child_born_and_reaped_between_ticks_counts_whole() -> None:
+    src, clock = ScriptedSource(), Clock()
+    src.procs = {MAIN: ProcCounters(1.0, 1000, 3, 0.0, reaped_cpu_s=2.0)}
+    c = _collector(src, clock, [])
+    c.baseline()
+    clock.t += 0.5
+    src.now += 0.5
+    src.procs = {MAIN: ProcCounters(1.0, 1000, 3, 0.0, reaped_cpu_s=2.25)}
+    s = c.sample(0, 0)
+    assert s.cpu_children_pct == pytest.approx(50.0) and s.cpu_workers_pct is None

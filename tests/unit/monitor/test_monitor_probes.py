@@ -159,3 +159,16 @@ def test_a_disturbed_shape_is_repeated_then_marked(monkeypatch) -> None:
     out = probes._own_shapes_probe([[1, 8, 8, 8, 1024]], torch.device("cpu"), gen, time.perf_counter() + 0.5)
     assert len(calls) == 2  # timed, disturbed, timed again
     assert out is not None and out.disturbed and out.ratio == pytest.approx(1.5)
+
+
+def test_neighbour_probe_times_a_busy_neighbour_and_leaves_no_process() -> None:
+    # One busy process beside a matmul that uses every usable core must slow it (ratio > 1; by how
+    # much depends on the machine), and the spinning child is gone afterwards.
+    import psutil
+
+    cores = dev.usable_cores()
+    before_children = {p.pid for p in psutil.Process().children()}
+    result = run_probes(cores, "cpu", budget_s=1.5)
+    assert result.neighbour_probe == [cores, cores]
+    assert result.neighbour_stretch is not None and result.neighbour_stretch > 1.0
+    assert {p.pid for p in psutil.Process().children()} <= before_children
