@@ -33,6 +33,12 @@ class PipelineSummary:
     plus the collate share of each sample; ``off_cpu_share`` is ``1 - cpu / wall`` of that, and
     ``run_delay_s_per_sample`` the part of it spent runnable but waiting for a free core.
     ``None`` fields: the counter was hidden from the workers.
+
+    These are steady-state costs: each process's first batch pays its one-time start-up too (lazy
+    opens, an index parsed on first use), and what it cost beyond the steady per-sample cost is
+    taken out of the totals and of the ``load`` stage and kept as ``startup_wall_s`` /
+    ``startup_cpu_s`` (all processes together; with non-persistent workers paid every epoch, which
+    is DATA_WORKER_STARTUP's business, not a per-sample cost).
     """
 
     loader: LoaderInfo
@@ -49,6 +55,8 @@ class PipelineSummary:
     read_chars_per_sample: float | None = None
     read_bytes_per_sample: float | None = None
     run_delay_s_per_sample: float | None = None
+    startup_wall_s: float = 0.0
+    startup_cpu_s: float = 0.0
 
     @property
     def bytes_per_read_call(self) -> float | None:
@@ -88,6 +96,24 @@ def _merge_stages(workers: list[WorkerStats]) -> dict[str, StageStat]:
     return merged
 
 
+def _startup_excess_ns(workers: list[WorkerStats], wall_ns: int, cpu_ns: int, samples: int) -> tuple[int, int]:
+    """(wall, CPU) the processes' first batches cost beyond the steady per-sample cost.
+
+    The steady cost is that of all the batches after the first ones; without any (every process
+    loaded one batch) nothing can be told apart and nothing is taken out.
+    """
+    first_samples = sum(w.first_batch_samples for w in workers)
+    first_wall = sum(w.first_batch_wall_ns for w in workers)
+    first_cpu = sum(w.first_batch_cpu_ns for w in workers)
+    rest = samples - first_samples
+    if first_samples <= 0 or rest <= 0:
+        return 0, 0
+    steady_wall = (wall_ns - first_wall) / rest
+    steady_cpu = (cpu_ns - first_cpu) / rest
+    return (max(0, int(first_wall - steady_wall * first_samples)),
+            max(0, int(first_cpu - steady_cpu * first_samples)))
+
+
 def summarize_pipeline(record: RunRecord) -> PipelineSummary | None:
     """Per-sample costs of the main loader; ``None`` when no loader ran or no worker reported."""
     loader = main_loader(record)
@@ -104,6 +130,14 @@ def summarize_pipeline(record: RunRecord) -> PipelineSummary | None:
     # Collation happens once per batch; spread over the samples it packed, it is part of a sample's cost.
     wall_ns = getitem_wall_ns + (collate.wall_ns if collate else 0)
     cpu_ns = getitem_cpu_ns + (collate.cpu_ns if collate else 0)
+    startup_wall_ns, startup_cpu_ns = _startup_excess_ns(workers, wall_ns, cpu_ns, samples)
+    wall_ns -= startup_wall_ns
+    cpu_ns -= startup_cpu_ns
+    load = stages.get("load")
+    if load is not None and (startup_wall_ns or startup_cpu_ns):
+        # Start-up is work outside the transforms (opening, parsing): the load stage's share.
+        stages["load"] = StageStat("load", load.samples, max(0, load.wall_ns - startup_wall_ns),
+                                   max(0, load.cpu_ns - startup_cpu_ns))
     out = PipelineSummary(
         loader=loader,
         in_main_process=all(w.worker_id < 0 for w in workers),
@@ -113,6 +147,8 @@ def summarize_pipeline(record: RunRecord) -> PipelineSummary | None:
         wall_s_per_sample=wall_ns / 1e9 / samples,
         cpu_s_per_sample=cpu_ns / 1e9 / samples,
         off_cpu_share=max(0.0, 1.0 - cpu_ns / wall_ns) if wall_ns > 0 else 0.0,
+        startup_wall_s=startup_wall_ns / 1e9,
+        startup_cpu_s=startup_cpu_ns / 1e9,
     )
     costs = [
         StageCost(

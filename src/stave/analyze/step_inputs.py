@@ -136,6 +136,11 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
         # No worker reported: the wait is loading in the main thread, of unknown kind.
         extra = phases["data_wait"]
     probe_threads_cores = (record.probes.neighbour_probe or [0, 0])[:2]
+    transfer = 0.0
+    if workers == 0 and pipe is not None and record.probes.shm_collate_s_per_byte is not None:
+        batch_bytes = sum(t.nbytes for t in record.config.batch)
+        batches_per_step = n / max(1, pipe.loader.batch_size or n or 1)
+        transfer = batch_bytes * batches_per_step * record.probes.shm_collate_s_per_byte
     inp = StepInputs(
         phases_s=phases,
         cores=float(load.cores),
@@ -151,6 +156,7 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
         other_cores=load.other_cores or 0.0,
         oversubscription_penalty=record.probes.threads_speedup or 1.0,
         contention_factor=contention_factor(record.probes.neighbour_stretch, *probe_threads_cores),
+        transfer_cpu_s=transfer,
         samples_per_step=n,
         gpu=gpu,
         # NVML's utilization is the share of time a kernel ran: the device's busy time per step.

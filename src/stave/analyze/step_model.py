@@ -70,6 +70,9 @@ class StepInputs:
     ``batch_scale``: samples per step relative to the measured run. ``device_s``: GPU busy time.
     ``contention_factor``: how much more than fair sharing a parallel op stretches per runnable
     thread beyond the cores (1: fair sharing; from the neighbour probe, see :func:`contention_factor`).
+    ``transfer_cpu_s``: CPU-seconds per step a worker would spend collating the step's batches into
+    shared memory, for a run that loaded in the main process (the shared-memory probe); the model
+    adds it to the loading when a fix starts workers. A run with workers has it in ``load_cpu_s``.
     """
 
     phases_s: dict[str, float]
@@ -90,6 +93,7 @@ class StepInputs:
     batch_scale: float = 1.0
     samples_per_step: float = 0.0
     contention_factor: float = 1.0
+    transfer_cpu_s: float = 0.0
     gpu: bool = False
     device_s: float | None = None
     # The compute stretch the phases were measured under; set by :func:`calibrated` so the model
@@ -212,7 +216,9 @@ def _loading_s(inp: StepInputs, load_cpu_s: float, stretch: float | None) -> flo
 def step_time(inp: StepInputs) -> StepTime:
     """The model's step time for ``inp`` (see the module docstring for the equations)."""
     k = inp.batch_scale
-    load_cpu = inp.load_cpu_s * k
+    # Batches loaded in workers cross to the trainer through shared memory; the main process's
+    # own loading never pays that (transfer_cpu_s is only set for such a run).
+    load_cpu = (inp.load_cpu_s + (inp.transfer_cpu_s if inp.workers > 0 else 0.0)) * k
     blocked = inp.load_blocked_s * k
     pin = inp.pin_cpu_s * k
     if inp.workers <= 0:

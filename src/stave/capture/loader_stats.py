@@ -88,7 +88,27 @@ class LoaderStats:
         self.read_chars: int | None = 0
         self.read_bytes: int | None = 0
         self.run_delay_ns: int | None = 0
+        self.first_batch_samples = 0
+        self.first_batch_wall_ns = 0
+        self.first_batch_cpu_ns = 0
         self._last_flush_ns = 0
+
+    def _spent(self) -> tuple[int, int, int]:
+        collate = self.stages.get("collate")
+        return (self.samples, self.getitem_wall_ns + (collate.wall_ns if collate else 0),
+                self.getitem_cpu_ns + (collate.cpu_ns if collate else 0))
+
+    def begin_fetch(self) -> tuple[int, int, int] | None:
+        """Before a fetch: what was spent so far, when this is the process's first fetch (else None)."""
+        return self._spent() if self.batches == 0 else None
+
+    def end_fetch(self, before: tuple[int, int, int] | None) -> None:
+        """After a fetch: the first one's samples, wall and CPU are kept apart (see WorkerStats)."""
+        if before is None or self.batches != 1:
+            return
+        after = self._spent()
+        self.first_batch_samples, self.first_batch_wall_ns, self.first_batch_cpu_ns = (
+            a - b for a, b in zip(after, before))
 
     def stage(self, name: str, samples: int, wall_ns: int, cpu_ns: int) -> None:
         """Add time to a stage."""
@@ -136,6 +156,9 @@ class LoaderStats:
             read_bytes=self.read_bytes,
             run_delay_ns=self.run_delay_ns,
             alive_ns=time.perf_counter_ns() - self.created_ns,
+            first_batch_samples=self.first_batch_samples,
+            first_batch_wall_ns=self.first_batch_wall_ns,
+            first_batch_cpu_ns=self.first_batch_cpu_ns,
         )
 
     def maybe_flush(self, force: bool = False) -> None:
@@ -211,6 +234,7 @@ def timed_map_fetch(fetcher: Any, possibly_batched_index: Any) -> Any:
     _local.in_fetch = True
     io_before = _io_counters()
     delay_before = _run_delay_ns()
+    first = stats.begin_fetch()
     try:
         dataset = fetcher.dataset
         if fetcher.auto_collation:
@@ -234,6 +258,7 @@ def timed_map_fetch(fetcher: Any, possibly_batched_index: Any) -> Any:
             n = 1
         out = _timed_collate(stats, fetcher.collate_fn, data, n)
         stats.batches += 1
+        stats.end_fetch(first)
         return out
     finally:
         _local.in_fetch = False
@@ -252,6 +277,7 @@ def timed_iterable_fetch(fetcher: Any, possibly_batched_index: Any) -> Any:
     _local.in_fetch = True
     io_before = _io_counters()
     delay_before = _run_delay_ns()
+    first = stats.begin_fetch()
     try:
         get = fetcher.dataset_iter.__next__
         if fetcher.auto_collation:
@@ -270,6 +296,7 @@ def timed_iterable_fetch(fetcher: Any, possibly_batched_index: Any) -> Any:
             n = 1
         out = _timed_collate(stats, fetcher.collate_fn, data, n)
         stats.batches += 1
+        stats.end_fetch(first)
         return out
     finally:
         _local.in_fetch = False

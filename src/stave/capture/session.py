@@ -327,7 +327,21 @@ class DoctorSession:
                 sizes = probe_sizes(opt)
                 probes.optimizer_probe = [len(sizes), sum(sizes)]
         self._probe_attention(probes, device)
+        self._probe_shared_memory(probes)
         return probes
+
+    def _probe_shared_memory(self, probes: Any) -> None:
+        """After main-process loading: what moving its batches through workers' shared memory would cost."""
+        from stave.monitor.shm_probe import shm_collate_s_per_byte
+
+        # The training loader: the one the loop drew most batches from (as analyze.pipeline says).
+        loaders = self.config.loaders
+        loader = max(loaders, key=lambda info: (info.batches, -info.loader_id)) if loaders else None
+        batch_bytes = sum(t.nbytes for t in self.config.batch)
+        if loader is None or loader.num_workers != 0 or batch_bytes <= 0:
+            return
+        probes.shm_collate_s_per_byte = shm_collate_s_per_byte(batch_bytes)
+        probes.shm_probe_bytes = batch_bytes
 
     def _probe_attention(self, probes: Any, device: Any) -> None:
         """Eager against SDPA attention at the run's shape, when its HF model ran eager attention."""

@@ -50,6 +50,12 @@ class WorkerStats:
     # Time the loading thread sat runnable but waiting for a core during fetches (schedstat
     # run_delay): separates "off-CPU because blocked on I/O" from "off-CPU because no core was free".
     run_delay_ns: int | None = None
+    # The process's first fetch (its samples, and their __getitem__ plus collate wall and CPU): a
+    # worker's first batch also pays its one-time start-up (lazy file opens, an index parsed on
+    # first use), which the steady per-sample cost must not include (analyze/pipeline.py).
+    first_batch_samples: int = 0
+    first_batch_wall_ns: int = 0
+    first_batch_cpu_ns: int = 0
 
 
 @dataclass

@@ -92,6 +92,11 @@ class ProbeResults:
     # meet at a barrier wait for the one that lost its core, so it is often more); [threads, cores].
     neighbour_stretch: float | None = None
     neighbour_probe: list[int] = field(default_factory=list)
+    # Seconds per byte that collating a batch into shared memory (what a loader worker does with
+    # every batch) costs beyond an ordinary collate (monitor/shm_probe.py); probed only after a
+    # run that loaded in the main process, which never paid it. ``shm_probe_bytes``: batch size timed.
+    shm_collate_s_per_byte: float | None = None
+    shm_probe_bytes: int | None = None
 
 
 @dataclass

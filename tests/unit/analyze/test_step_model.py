@@ -169,3 +169,15 @@ def test_parallel_ops_pay_the_measured_contention_and_serial_work_the_fair_share
     one = model(compute_threads=1.0, workers=0, load_cpu_s=0.1, phases_s=phases)
     one_k = model(compute_threads=1.0, workers=0, load_cpu_s=0.1, phases_s=phases, contention_factor=3.0)
     assert estimate(one, one.changed(workers=1), 0.2) == pytest.approx(estimate(one_k, one_k.changed(workers=1), 0.2))
+
+
+def test_batches_moved_into_workers_pay_their_shared_memory_transfer():
+    # Main-process loading of 0.05 s a step; moving it to 2 workers also makes them collate each
+    # batch into shared memory (0.03 s a step here): the gain shrinks, and the unchanged inputs
+    # (no workers) never pay it.
+    phases = {**COMPUTE, "data_wait": 0.05}
+    plain = model(workers=0, load_cpu_s=0.05, phases_s=phases, cores=8.0, compute_threads=1.0)
+    shm = model(workers=0, load_cpu_s=0.05, phases_s=phases, cores=8.0, compute_threads=1.0, transfer_cpu_s=0.03)
+    assert step_time(shm).step_s == pytest.approx(step_time(plain).step_s)
+    assert step_time(shm.changed(workers=2)).producer_s > step_time(plain.changed(workers=2)).producer_s
+    assert estimate(shm, shm.changed(workers=1), 0.15) <= estimate(plain, plain.changed(workers=1), 0.15)

@@ -94,3 +94,12 @@ def test_workers_write_their_stats(tmp_path: Path, method: str) -> None:
     assert sum(w.samples for w in workers) == 8
     assert all(w.pid != os.getpid() for w in workers)
     assert all(any(s.name == "Resize" for s in w.stages) for w in workers)
+
+
+def test_the_first_batch_is_kept_apart(tmp_path: Path, instrumented: LoaderStats) -> None:
+    ds = FileImages(tmp_path, 12)
+    list(DataLoader(ds, batch_size=4))
+    assert instrumented.first_batch_samples == 4
+    assert 0 < instrumented.first_batch_wall_ns <= sum(s.wall_ns for s in instrumented.stages.values())
+    stats = instrumented.to_worker_stats()
+    assert stats.first_batch_samples == 4 and stats.first_batch_cpu_ns == instrumented.first_batch_cpu_ns

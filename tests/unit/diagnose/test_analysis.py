@@ -87,3 +87,27 @@ def test_speedup_is_never_below_one():
     # The step model's overlap, CPU budget and batch cases: tests/unit/analyze/test_step_model.py.
     assert speedup(1.0, 0.5) == 2.0
     assert speedup(1.0, 2.0) == 1.0 and speedup(1.0, 0.0) == 1.0
+
+
+def test_pipeline_steady_cost_leaves_out_each_workers_start_up():
+    # Two workers, 100 samples each at 2 ms; each one's first batch (BATCH samples) also parsed an
+    # index for 50 ms on first use. The steady per-sample cost stays 2 ms; the 100 ms is start-up.
+    from synth_records import BATCH
+
+    ws = [worker(0, 100, 2000.0, 2000.0), worker(1, 100, 2000.0, 2000.0)]
+    for w in ws:
+        w.getitem_wall_ns += 50_000_000
+        w.getitem_cpu_ns += 50_000_000
+        w.stages = [type(st)(st.name, st.samples, st.wall_ns + (50_000_000 if st.name == "load" else 0),
+                             st.cpu_ns + (50_000_000 if st.name == "load" else 0)) for st in w.stages]
+        w.first_batch_samples = BATCH
+        w.first_batch_wall_ns = w.first_batch_cpu_ns = int(BATCH * 2_000_000 + 50_000_000)
+    pipe = summarize_pipeline(healthy_record(workers=ws))
+    assert pipe.wall_s_per_sample == pytest.approx(0.002, rel=1e-3)
+    assert pipe.cpu_s_per_sample == pytest.approx(0.002, rel=1e-3)
+    assert pipe.startup_wall_s == pytest.approx(0.1, rel=1e-3) and pipe.startup_cpu_s == pytest.approx(0.1, rel=1e-3)
+    load = next(s for s in pipe.stages if s.name == "load")
+    assert load.wall_s_per_sample == pytest.approx(0.0012, rel=1e-3)
+    # Without a first batch kept apart (older records, or one batch per process) nothing moves.
+    plain = summarize_pipeline(healthy_record(workers=[worker(0, 100, 2000.0, 500.0)]))
+    assert plain.startup_wall_s == 0.0 and plain.wall_s_per_sample == pytest.approx(0.002)
