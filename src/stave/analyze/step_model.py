@@ -18,7 +18,7 @@ The step, per optimizer step (seconds):
   per-op dispatch) pays. A parallel op waits at its barrier for the thread that lost its core, so
   it pays more: ``1 + k (f - 1)``, where ``k`` (``contention_factor``, >= 1) is measured by the
   neighbour probe (the step's thread count beside one busy process; 2 threads on 2 cores measured
-  ~2.0-2.5x where fair sharing says 1.5x, so ``k`` ~2-3 there).
+  1.8-2.5x where fair sharing says 1.5x, so ``k`` ~1.6-3 there).
   Threads beyond the cores also pay the oversubscription penalty the thread probe measured.
 * **the input**: loader workers prepare batches alongside the compute; a prefetched batch hides
   behind the compute up to the compute time, so ``T = max(C, producer time per batch)``. Loading
