@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from stave.measure.config import LoaderInfo
+from stave.measure.config import LoaderInfo, training_loader
 from stave.measure.pipeline import StageStat, WorkerStats
 from stave.measure.record import RunRecord
 
@@ -72,10 +72,7 @@ class PipelineSummary:
 
 def main_loader(record: RunRecord) -> LoaderInfo | None:
     """The loader the training loop drew most batches from (validation loaders draw fewer)."""
-    loaders = record.config.loaders
-    if not loaders:
-        return None
-    return max(loaders, key=lambda info: (info.batches, -info.loader_id))
+    return training_loader(record.config.loaders)
 
 
 def _sum_optional(values: list[int | None]) -> int | None:

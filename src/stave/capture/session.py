@@ -36,7 +36,7 @@ from stave.capture.compile_stats import CompileStats, read_compile_stats
 from stave.capture.op_counter import OpCounter
 from stave.capture.steps import StepTracker
 from stave.files import atomic_write_json
-from stave.measure.config import ConfigSnapshot, TensorInfo
+from stave.measure.config import ConfigSnapshot, TensorInfo, training_loader
 from stave.measure.record import RunInfo, RunRecord
 from stave.measure.serialize import to_dict
 
@@ -334,9 +334,7 @@ class DoctorSession:
         """After main-process loading: what moving its batches through workers' shared memory would cost."""
         from stave.monitor.shm_probe import shm_collate_s_per_byte
 
-        # The training loader: the one the loop drew most batches from (as analyze.pipeline says).
-        loaders = self.config.loaders
-        loader = max(loaders, key=lambda info: (info.batches, -info.loader_id)) if loaders else None
+        loader = training_loader(self.config.loaders)
         batch_bytes = sum(t.nbytes for t in self.config.batch)
         if loader is None or loader.num_workers != 0 or batch_bytes <= 0:
             return

@@ -50,6 +50,13 @@ class LoaderInfo:
     epoch_samples: int | None = None
 
 
+def training_loader(loaders: "list[LoaderInfo]") -> LoaderInfo | None:
+    """The loader the training loop drew most batches from (validation loaders draw fewer)."""
+    if not loaders:
+        return None
+    return max(loaders, key=lambda info: (info.batches, -info.loader_id))
+
+
 # torch.optim optimizers with a fused implementation (fused=True, CPU and CUDA since torch 2.4).
 FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad")
 
