@@ -140,3 +140,15 @@ def source_context(file: str, line: int) -> tuple[str, bool]:
         if any(mark in body for mark in TRAINING_LOOP_MARKS):
             return stripped, False
     return stripped, True
+
+
+def loop_holds_phase(profile: StackProfile, steps: Iterable[int] | None, phase: str, min_line_share: float) -> bool:
+    """True when most of ``phase``'s samples sit on user lines inside a per-element loop.
+
+    Lines below ``min_line_share`` are noise and do not count; "most" is over all of the phase's
+    samples, so a loop that holds a minority of the time does not speak for the phase.
+    """
+    lines = [h for h in hot_lines(profile, steps, phase, limit=5) if h.share >= min_line_share]
+    in_loop = sum(h.share for h in lines if source_context(h.file, h.line)[1])
+    return in_loop > 0.5
+

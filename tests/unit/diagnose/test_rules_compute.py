@@ -209,6 +209,46 @@ def test_small_batch_counts_op_bound_compute_as_fixed():
     assert f.est_speedup > g.est_speedup
 
 
+LOSS_LOOP_SOURCE = """\
+def per_sample_loss(out, y):
+    loss = out.new_zeros(())
+    for i in range(len(y)):
+        loss = loss + F.cross_entropy(out[i : i + 1], y[i : i + 1])
+    return loss
+"""
+
+
+def test_small_batch_per_sample_loop_ops_are_not_fixed(tmp_path):
+    # The same op-bound tiny model, but the loss loops over the batch's samples (192 ops in "other",
+    # and backward replays their nodes): those ops grow with the batch.
+    script = tmp_path / "train.py"
+    script.write_text(LOSS_LOOP_SOURCE, encoding="utf-8")
+
+    def rec_with(other_ops: int, line: int):
+        steps = tiny_steps()
+        rec = healthy_record(steps=steps, probes=probes(fp32_matmul_flops_per_s=1e11))
+        rec.config = dataclasses.replace(rec.config, flops_by_phase={"forward": 1e6, "backward": 2e6},
+                                         aten_ops_by_phase={"forward": 30, "backward": 250,
+                                                            "optimizer": 120, "other": other_ops})
+        rec.stacks = stack_profile(steps, {"other": [(line, 1.0)]}, interval_ms=0.1)
+        rec.stacks.frames = [dataclasses.replace(f, file=str(script)) for f in rec.stacks.frames]
+        return rec
+
+    looped = run_rule("SMALL_BATCH", rec_with(192, 4))
+    # Only the model's 30 forward ops and their 30/222 of backward's 250 nodes are fixed.
+    share = (30 + 250 * 30 / 222) / 280
+    assert looped.evidence["fixed_op_share"] == pytest.approx(share, rel=1e-3)
+    assert looped.evidence["dispatch_s"] == pytest.approx((7e-3 - 3e-5) * share, rel=0.01)
+    assert "other_s" not in looped.evidence
+    # The time sits on a line outside any loop: the ops are the loss's own, fixed work as before.
+    flat = run_rule("SMALL_BATCH", rec_with(192, 2))
+    assert flat.evidence["fixed_op_share"] == 1.0 and flat.evidence["other_s"] == pytest.approx(1e-3, rel=0.01)
+    # In a loop but under one op per sample (tiny_steps' batch is 2): not a loop over the batch.
+    few = run_rule("SMALL_BATCH", rec_with(1, 4))
+    assert few.evidence["fixed_op_share"] == 1.0
+    assert flat.est_speedup > looped.est_speedup
+
+
 def test_small_batch_op_bound_without_a_flop_rate_uses_the_floor():
     # No fp32 rate measured: the FLOPs are timed at MIN_FLOPS_PER_S, which overstates them.
     def rec_with(flops: float):

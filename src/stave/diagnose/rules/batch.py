@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import math
 
+from stave.analyze.hotlines import loop_holds_phase
 from stave.analyze.pipeline import main_loader, summarize_pipeline
 from stave.analyze.step_inputs import PIN_COPY_BYTES_PER_S, step_inputs
 from stave.analyze.step_model import StepInputs, estimate, phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, dataloader_call, is_gpu, make_finding, saving_speedup
+from stave.diagnose.rules._helpers import LINE_MIN_SHARE, REPORT_MIN_SPEEDUP, counted_indices, dataloader_call, is_gpu, make_finding, saving_speedup
 
 # fp64 math runs at most half the fp32 rate: a SIMD register holds half as many fp64 values, and
 # GPUs have 1/2 (datacenter) down to 1/64 (consumer) of their fp32 rate. 2x is the least it costs.
@@ -199,17 +200,21 @@ def _fixed_costs_s(inp: DoctorInput) -> tuple[float, dict[str, float]]:
     overhead = record.probes.op_overhead_ns
     compute = phase_s(summary, "forward") + phase_s(summary, "backward")
     ops = None
-    if cfg.aten_ops_by_phase:
-        ops = cfg.aten_ops_by_phase.get("forward", 0) + cfg.aten_ops_by_phase.get("backward", 0)
+    by_phase = cfg.aten_ops_by_phase or {}
+    if by_phase:
+        ops = by_phase.get("forward", 0) + by_phase.get("backward", 0)
+    # Ops whose count grows with the batch (a per-element loop in the loss) are per-sample cost
+    # however small each is: only the model's own ops, and their share of backward's nodes, are fixed.
+    fixed_op_share = _fixed_op_share(inp)
     if overhead is not None and ops:
         # Each op pays a fixed dispatch cost whatever its size; it cannot exceed the phases it is in.
-        parts["dispatch_s"] = min(compute, ops * overhead / 1e9)
+        parts["dispatch_s"] = min(compute, ops * fixed_op_share * overhead / 1e9)
         op_bound = _op_bound(inp, compute, ops, overhead)
         if op_bound is not None:
             # Ops too small for their size to matter: beyond the bare dispatch, each pays its
             # autograd node and Python module call, none of which grows with the batch.
-            parts["dispatch_s"] = max(parts["dispatch_s"], op_bound)
-            if not cfg.flops_by_phase.get("other", 0):
+            parts["dispatch_s"] = max(parts["dispatch_s"], op_bound * fixed_op_share)
+            if not cfg.flops_by_phase.get("other", 0) and fixed_op_share == 1.0:
                 # The loss and bookkeeping between the phases work on the outputs of a model whose own
                 # ops were just shown to be per-op overhead: no larger tensors, so no more work per sample.
                 parts["other_s"] = phase_s(summary, "other")
@@ -226,6 +231,28 @@ def _fixed_costs_s(inp: DoctorInput) -> tuple[float, dict[str, float]]:
         wait = summary.phase_median_s.get("data_wait", 0.0)
         parts["loader_overhead_s"] = max(0.0, wait - getitem - collate)
     return sum(parts.values()), parts
+
+
+def _fixed_op_share(inp: DoctorInput) -> float:
+    """The share of forward's and backward's ops whose count does not grow with the batch.
+
+    The ops issued between the phases grow with the batch when the stack samples put most of that
+    time inside a per-element loop of the user's code and the ops number at least one per sample of
+    the (micro-)batch (a loss summed sample by sample); those ops and the autograd nodes they record
+    are then per-sample cost, however small each is. Backward replays one node per recorded op, so
+    its ops are split between the model and that loop by their forward-side counts.
+    """
+    record = inp.record
+    ops_by_phase = record.config.aten_ops_by_phase or {}
+    fwd, bwd = ops_by_phase.get("forward", 0), ops_by_phase.get("backward", 0)
+    loop = ops_by_phase.get("other", 0)
+    micro_batch = max(1, round(inp.summary.samples_per_step / max(1, _accumulation(record))))
+    if loop < micro_batch or fwd + bwd <= 0:
+        return 1.0
+    if not loop_holds_phase(record.stacks, counted_indices(record), "other", LINE_MIN_SHARE):
+        return 1.0
+    model_nodes = fwd / (fwd + loop) if fwd + loop > 0 else 0.0
+    return (fwd + bwd * model_nodes) / (fwd + bwd)
 
 
 def _accumulation(record) -> int:
@@ -355,6 +382,7 @@ def small_batch(inp: DoctorInput) -> Finding | None:
         "batch_growth_limit": limit,
         "aten_ops_per_step": record.config.aten_ops_per_step,
         "op_overhead_ns": record.probes.op_overhead_ns,
+        "fixed_op_share": _fixed_op_share(inp),
         **parts,
     }
     unit, size = ("micro-batch", micro) if accum >= 2 else ("batch", batch)
