@@ -48,6 +48,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -62,6 +63,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # the checkout's stave, when run as a plain script
 
 from stave.analyze.stats import median, relative_spread  # noqa: E402
+from stave.diagnose.finding import Finding  # noqa: E402
+from stave.doctor.fix_map import plan_for  # noqa: E402
 from stave.files import atomic_write_json, atomic_write_text  # noqa: E402
 
 MATRIX_PATH = ROOT / "benchmarks" / "scenarios" / "matrix.toml"
@@ -324,6 +327,7 @@ class Row:
     steps: int = 0  # the doctor's run (and the plain runs of a mean or samples/s statistic)
     timing_steps: int = 0  # the plain timed runs
     warmup_steps: int = 0  # the warm-up pair's runs
+    hand_args: list[str] = field(default_factory=list)  # with --fixed: the value the doctor named (hand_params)
 
 
 def job_top(findings: Sequence[Sequence[Any]], hog: bool) -> str | None:
@@ -368,8 +372,39 @@ def warmup_steps(scenario: Scenario, steps: int) -> int:
     return min(steps, max(scenario.quick_steps, scenario.warmup + 1))
 
 
+def hand_fix_args(scenario: Scenario, fixes: str) -> list[str]:
+    """The script options that apply, by hand, the values an injected fix uses (``hand_params``).
+
+    ``fixes`` is the text of the injected fixes (``num_workers(num_workers=7) + persistent_workers``);
+    a parameter the scenario maps to an option is passed with that value.
+    """
+    values = dict(re.findall(r"(\w+)=([\w.]+)", fixes))
+    return [arg for name, option in scenario.hand_params if name in values for arg in (option, values[name])]
+
+
+def named_fix_args(scenario: Scenario, findings: Sequence[dict[str, Any]]) -> list[str]:
+    """The script options that give ``--fixed`` the value the doctor's expected finding names.
+
+    The finding's fix is planned as ``--verify`` would inject it (learning changes allowed: a
+    SMALL_BATCH fix is a batch size), so the measured fix is the change the estimate prices, not the
+    script author's own choice of workers or batch.
+    """
+    if not scenario.hand_params:
+        return []
+    raw = next((f for f in findings if f.get("id") == scenario.expect), None)
+    if raw is None:
+        return []
+    fields = {k: raw[k] for k in ("id", "severity", "est_speedup", "title", "evidence", "fix") if k in raw}
+    try:
+        finding = Finding(**fields)
+    except (TypeError, ValueError):
+        return []
+    return hand_fix_args(scenario, plan_for(finding, allow_learning_changes=True).label())
+
+
 def measure_row(scenario: Scenario, variant: Variant, pairs: int, steps: int, tmp: Path) -> Row:
-    """Interleaved planted/fixed pairs after a warm-up pair, then the doctor once."""
+    """The doctor once, then interleaved planted/fixed pairs after a warm-up pair (the fixed side
+    takes the value the doctor named where the scenario maps it: ``hand_params``)."""
     row = Row(scenario.name, variant.label, scenario.mechanism, scenario.expect, variant.cores, variant.hog,
               list(variant.args), scenario.statistic, pairs, steps=steps,
               timing_steps=timing_steps(scenario, steps), warmup_steps=warmup_steps(scenario, steps))
@@ -379,6 +414,13 @@ def measure_row(scenario: Scenario, variant: Variant, pairs: int, steps: int, tm
     try:
         if hog is not None:
             hog.__enter__()
+        report_path = tmp / f"{scenario.name}-{variant.name}-{variant.cores}-{int(variant.hog)}.json"
+        run_child(doctor_cmd(scenario, variant, steps, report_path), cpus)
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+        raw_findings = report.get("findings", [])
+        row.findings = [[f["id"], f.get("est_speedup"), f.get("severity")] for f in raw_findings]
+        row.top_finding = row.findings[0][0] if row.findings else None
+        row.hand_args = named_fix_args(scenario, raw_findings)
         grows = scenario.statistic == "samples_per_s"
         planted: list[float] = []
         fixed: list[float] = []
@@ -388,8 +430,8 @@ def measure_row(scenario: Scenario, variant: Variant, pairs: int, steps: int, tm
             got: dict[bool, float] = {}
             run_steps = row.warmup_steps if i == 0 else row.timing_steps
             for is_fixed in order:
-                got[is_fixed] = float(timing(run_child(script_cmd(scenario, variant, run_steps, is_fixed), cpus))
-                                      [scenario.statistic])
+                cmd = script_cmd(scenario, variant, run_steps, is_fixed) + (row.hand_args if is_fixed else [])
+                got[is_fixed] = float(timing(run_child(cmd, cpus))[scenario.statistic])
             if i == 0:
                 continue
             planted.append(got[False])
@@ -401,11 +443,6 @@ def measure_row(scenario: Scenario, variant: Variant, pairs: int, steps: int, tm
         row.fixed_value = median(fixed)
         if row.spread > MAX_SPREAD:
             row.status = "unmeasured"
-        report_path = tmp / f"{scenario.name}-{variant.name}-{variant.cores}-{int(variant.hog)}.json"
-        run_child(doctor_cmd(scenario, variant, steps, report_path), cpus)
-        report = json.loads(report_path.read_text(encoding="utf-8"))
-        row.findings = [[f["id"], f.get("est_speedup"), f.get("severity")] for f in report.get("findings", [])]
-        row.top_finding = row.findings[0][0] if row.findings else None
     except ScenarioError as exc:
         row.status, row.error = "failed", str(exc)
     finally:

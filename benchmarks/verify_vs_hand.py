@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -107,16 +106,6 @@ def hand_ratio(scenario: Scenario, a: dict[str, Any], b: dict[str, Any]) -> floa
     return b[stat] / a[stat] if stat == "samples_per_s" else a[stat] / b[stat]
 
 
-def hand_fix_args(scenario: Scenario, fixes: str) -> list[str]:
-    """The script options that apply, by hand, the values the injected fix used (``hand_params``).
-
-    ``fixes`` is the report's text of the injected fixes (``num_workers(num_workers=7) +
-    persistent_workers``); a parameter the scenario maps to an option is passed with that value.
-    """
-    values = dict(re.findall(r"(\w+)=([\w.]+)", fixes))
-    return [arg for name, option in scenario.hand_params if name in values for arg in (option, values[name])]
-
-
 def measure(scenario: Scenario, pairs: int, steps: int, tmp: Path, top: int = 1) -> Row:
     """One row: --verify, then the hand fix's interleaved pairs (after a warm-up pair)."""
     row = Row(scenario.name, scenario.expect, scenario.statistic)
@@ -134,7 +123,7 @@ def measure(scenario: Scenario, pairs: int, steps: int, tmp: Path, top: int = 1)
             row.verify_status, row.verify_speedup = item["status"], item["measured_speedup"]
             row.verify_interval, row.verify_pairs = item["interval"], item["pairs"]
         variant = scenario.variants[0]
-        row.hand_args = hand_fix_args(scenario, row.fixes)
+        row.hand_args = scenarios.hand_fix_args(scenario, row.fixes)
         fixed_cmd = script_cmd(scenario, variant, steps, fixed=True) + row.hand_args
         for pair in range(pairs + 1):  # the first pair warms the caches and is dropped
             row.load_avg_1min.append(os.getloadavg()[0])

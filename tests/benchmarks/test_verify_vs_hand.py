@@ -40,7 +40,7 @@ def test_only_injectable_findings_are_compared() -> None:
 
 
 def test_the_hand_fix_takes_the_value_the_doctor_named() -> None:
-    from benchmarks.verify_vs_hand import hand_fix_args
+    from benchmarks.scenarios import hand_fix_args
     from benchmarks.scenarios import load_matrix
 
     io = next(s for s in load_matrix() if s.name == "io_latency_main")
@@ -48,3 +48,33 @@ def test_the_hand_fix_takes_the_value_the_doctor_named() -> None:
     assert hand_fix_args(io, "threads(threads=2)") == []
     other = next(s for s in load_matrix() if s.name == "oversubscription")
     assert hand_fix_args(other, "num_workers(num_workers=7)") == []
+
+
+def _finding(fid: str, evidence: dict) -> dict:
+    return {"id": fid, "severity": "warning", "est_speedup": 1.5, "title": "t", "evidence": evidence, "fix": "f"}
+
+
+def test_the_matrix_times_the_fix_the_doctor_named() -> None:
+    from benchmarks.scenarios import load_matrix, named_fix_args
+
+    matrix = {s.name: s for s in load_matrix()}
+    io = matrix["io_latency"]
+    workers = [_finding("DATA_IO_BOUND", {"suggested_workers": 9})]
+    assert named_fix_args(io, workers) == ["--fixed-workers", "9"]
+    # SMALL_BATCH's fix is the batch it names: the samples per step times the growth.
+    tiny = matrix["tiny_batch"]
+    batch = [_finding("SMALL_BATCH", {"batch_growth": 8, "samples_per_step": 2.0, "micro_batches_per_step": 1})]
+    assert named_fix_args(tiny, batch) == ["--fixed-batch-size", "16"]
+    # No expected finding, or a scenario without hand_params: the script's own --fixed.
+    assert named_fix_args(tiny, workers) == []
+    assert named_fix_args(matrix["oversubscription"], workers) == []
+
+
+def test_every_hand_option_is_one_its_script_takes() -> None:
+    from benchmarks.scenarios import PLANTED_DIR, load_matrix
+
+    for scenario in load_matrix():
+        source = (PLANTED_DIR / scenario.script).read_text(encoding="utf-8")
+        for _param, option in scenario.hand_params:
+            # planted_args(..., fixed_workers=0) declares --fixed-workers.
+            assert f"{option[2:].replace('-', '_')}=" in source, (scenario.name, option)

@@ -5,7 +5,7 @@ per-sample PIL pipeline (random resized crop, Gaussian blur, colour jitter). The
 small, because six workers keep the queue full, but they and torch's intra-op threads want more
 cores than the machine has: every op of the step waits for a core.
 
-``--fixed``: one worker per spare core (``cores - 1``, at least one), the split that leaves torch
+``--fixed``: one worker per spare core (``cores - 1``, at least one; ``--fixed-workers N``: N), the split that leaves torch
 its cores; the same transforms, the same training.
 """
 
@@ -37,14 +37,14 @@ class RandomImages(Dataset):
 
 
 def main() -> None:
-    args = planted_args(__doc__.splitlines()[0], workers=6, batch_size=32, width=32)
+    args = planted_args(__doc__.splitlines()[0], workers=6, batch_size=32, width=32, fixed_workers=0)
     torch.manual_seed(0)
     tf = transforms.Compose([
         transforms.RandomResizedCrop(64), transforms.GaussianBlur(5, sigma=1.5), transforms.ColorJitter(0.3, 0.3, 0.3),
         transforms.ToTensor(), transforms.Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)),
     ])
     cores = len(os.sched_getaffinity(0))
-    workers = max(1, cores - 1) if args.fixed else args.workers
+    workers = (args.fixed_workers or max(1, cores - 1)) if args.fixed else args.workers
     loader = DataLoader(RandomImages(1024, 96, tf), batch_size=args.batch_size, shuffle=True, num_workers=workers,
                         persistent_workers=True, prefetch_factor=4)
     w = args.width

@@ -4,7 +4,7 @@ Images are decoded through PIL and augmented per sample (a large random-resized 
 blur, colour jitter), with ``num_workers=0``: the training loop stops at every batch while the
 main process does all of that on one core. The blur is the most expensive stage.
 
-``--fixed``: one loader worker per usable core, persistent, so loading runs alongside the compute
+``--fixed``: one loader worker per usable core (``--fixed-workers N``: N), persistent, so loading runs alongside the compute
 (the doctor's fix; it names the blur as the stage to make cheaper next).
 """
 
@@ -38,7 +38,7 @@ class ImageArrays(Dataset):
 
 
 def main() -> None:
-    args = planted_args(__doc__.splitlines()[0])
+    args = planted_args(__doc__.splitlines()[0], fixed_workers=0)
     torch.manual_seed(0)
     transform = transforms.Compose(
         [
@@ -51,7 +51,7 @@ def main() -> None:
     )
     dataset = ImageArrays(2048, transform)
     cores = len(os.sched_getaffinity(0))
-    extra = {"num_workers": cores, "persistent_workers": True} if args.fixed else {"num_workers": 0}
+    extra = {"num_workers": args.fixed_workers or cores, "persistent_workers": True} if args.fixed else {"num_workers": 0}
     loader = DataLoader(dataset, batch_size=16, shuffle=True, **extra)
     model = nn.Sequential(
         nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU(),

@@ -4,7 +4,7 @@ A dataset of float32 volumes whose ``__getitem__`` applies random flips, a rando
 gamma correction and a Gaussian-like smoothing (three shifted sums) in numpy. With the default
 ``num_workers=0`` all of it runs in the training process, between steps: the model waits.
 
-``--fixed``: one persistent worker per usable core, so loading overlaps the step.
+``--fixed``: one persistent worker per usable core (``--fixed-workers N``: N), so loading overlaps the step.
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ class Volumes(Dataset):
 
 
 def main() -> None:
-    args = planted_args(__doc__.splitlines()[0], steps=30, side=40, batch_size=16)
+    args = planted_args(__doc__.splitlines()[0], steps=30, side=40, batch_size=16, fixed_workers=0)
     torch.manual_seed(0)
-    workers = {"num_workers": len(os.sched_getaffinity(0)), "persistent_workers": True} if args.fixed else {}
+    workers = ({"num_workers": args.fixed_workers or len(os.sched_getaffinity(0)), "persistent_workers": True}
+               if args.fixed else {})
     loader = DataLoader(Volumes(256, args.side), batch_size=args.batch_size, shuffle=True, **workers)
     model = nn.Sequential(nn.Conv3d(1, 8, 3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool3d(2), nn.Flatten(),
                           nn.Linear(64, 4))

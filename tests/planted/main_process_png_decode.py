@@ -3,7 +3,7 @@
 The dataset holds PNG-encoded images (as files read into memory would be) and decodes each one
 with PIL in ``__getitem__``, then resizes it; ``num_workers=0``, so the decode runs between steps.
 
-``--fixed``: one persistent worker per usable core.
+``--fixed``: one persistent worker per usable core (``--fixed-workers N``: N).
 """
 
 from __future__ import annotations
@@ -42,9 +42,10 @@ class PngImages(Dataset):
 
 
 def main() -> None:
-    args = planted_args(__doc__.splitlines()[0], steps=30, size=256, batch_size=32)
+    args = planted_args(__doc__.splitlines()[0], steps=30, size=256, batch_size=32, fixed_workers=0)
     torch.manual_seed(0)
-    workers = {"num_workers": len(os.sched_getaffinity(0)), "persistent_workers": True} if args.fixed else {}
+    workers = ({"num_workers": args.fixed_workers or len(os.sched_getaffinity(0)), "persistent_workers": True}
+               if args.fixed else {})
     loader = DataLoader(PngImages(256, args.size), batch_size=args.batch_size, shuffle=True, **workers)
     model = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2), nn.ReLU(), nn.Conv2d(16, 32, 3, stride=2), nn.ReLU(),
                           nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
