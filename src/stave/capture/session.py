@@ -60,6 +60,21 @@ GEMM_FLOP_SHARE = 0.9
 GEMM_SHAPES_MAX = 6
 
 
+def batch_rows(batch: Sequence[TensorInfo]) -> set[int]:
+    """The sizes a GEMM dimension has when it is the loader's (micro-)batch: its samples, and for
+    token ids ([batch, seq], integer) or sequence features ([batch, seq, features]) its tokens,
+    which sequence models flatten into the rows of their matrix products."""
+    rows: set[int] = set()
+    for t in batch:
+        if not t.shape:
+            continue
+        rows.add(int(t.shape[0]))
+        integer = t.dtype.startswith(("int", "uint"))
+        if len(t.shape) >= 2 and ((integer and len(t.shape) == 2) or len(t.shape) == 3):
+            rows.add(int(t.shape[0]) * int(t.shape[1]))
+    return rows
+
+
 class StopRun(BaseException):
     """Raised from the optimizer hook when ``--steps`` is reached.
 
@@ -315,7 +330,8 @@ class DoctorSession:
 
         threads = self.config.torch_threads or torch.get_num_threads()
         device = dev.resolve_device(None)
-        probes = run_probes(threads, device, gemm_shapes=self.config.gemm_shapes)
+        probes = run_probes(threads, device, gemm_shapes=self.config.gemm_shapes,
+                            batch_rows=batch_rows(self.config.batch))
         # The optimizer with most parameters: the one whose step the finding would change.
         optimizers = sorted(self.config.optimizers, key=lambda o: -o.params)
         if optimizers:

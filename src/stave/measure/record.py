@@ -97,6 +97,12 @@ class ProbeResults:
     # run that loaded in the main process, which never paid it. ``shm_probe_bytes``: batch size timed.
     shm_collate_s_per_byte: float | None = None
     shm_probe_bytes: int | None = None
+    # Share of the step's own GEMM time (weighted by each shape's count per step) that does not grow
+    # with the batch: each shape timed at its batch rows and at [growth] times them; the per-call
+    # part is what the line through the two times leaves at zero rows (monitor/probes.py).
+    # ``gemm_scale_probe``: [growth, shapes with a batch dimension timed].
+    gemm_fixed_share: float | None = None
+    gemm_scale_probe: list[int] = field(default_factory=list)
 
 
 @dataclass

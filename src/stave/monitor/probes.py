@@ -60,7 +60,12 @@ MAX_REPS = 50
 MAX_STARTUP_S = 2.0
 # Budget shares of the three probes (renormalized over those that run). The thread probe switches
 # thread pools, whose first calls after a switch are slow, so it gets as much as the bf16 probe.
-_SHARES = {"bf16": 0.45, "fp32": 0.45, "threads": 0.4, "neighbour": 0.3, "overhead": 0.15}
+_SHARES = {"bf16": 0.45, "fp32": 0.45, "batch_scale": 0.3, "threads": 0.4, "neighbour": 0.3, "overhead": 0.15}
+# The batch-scaling probe times each of the step's GEMM shapes at its batch rows and at this many
+# times them: wide enough apart that the line through the two times separates the per-call cost
+# from the per-row cost, while the larger operand stays a training-sized GEMM. 8x is also a
+# typical growth SMALL_BATCH names (it doubles while a doubling gains 5 %, up to 32x).
+BATCH_SCALE_GROWTH = 8
 _SEED = 20240601
 # A shape's A/B pairs that differ by more than a quarter were disturbed: the same work timed back to
 # back varies by a few percent on a quiet core, so a larger spread means other load took the core.
@@ -239,6 +244,82 @@ def _own_shapes_probe(shapes: list[list[int]], device: torch.device, gen: torch.
     return OwnShapesResult(ratio=t32 / t16, fp32_flops_per_s=flops / t32, shapes=timed, disturbed=disturbed)
 
 
+@dataclass(frozen=True)
+class BatchScaleResult:
+    """Share of the step's own GEMM time (count-weighted) that does not grow with the batch."""
+
+    fixed_share: float
+    shapes: int
+
+
+def batch_dim(dims: list[int], batch_rows: set[int]) -> int | None:
+    """Index (of batch, m, n, k) of the dimension that is the step's batch, or None.
+
+    A dimension equal to the micro-batch's samples (or its tokens, for sequences) is the one a
+    larger batch grows; 1 is left out (it would match every matrix-vector product).
+    """
+    for i, v in enumerate(dims[:4]):
+        if int(v) > 1 and int(v) in batch_rows:
+            return i
+    return None
+
+
+def fixed_share_of_call(ratio_small_over_large: float, growth: int) -> float:
+    """The share of a GEMM call at the measured size that a straight line through its time at 1x and
+    ``growth``-x the batch rows puts at zero rows (per-call cost), clipped to [0, 1].
+
+    With ``t(g) = a + b g``: ``a / t(1) = (g - t(g)/t(1)) / (g - 1)``.
+    """
+    if ratio_small_over_large <= 0 or growth < 2:
+        return 0.0
+    return min(1.0, max(0.0, (growth - 1.0 / ratio_small_over_large) / (growth - 1.0)))
+
+
+def _batch_scale_probe(shapes: list[list[int]], batch_rows: set[int], device: torch.device,
+                       gen: torch.Generator, deadline: float) -> BatchScaleResult | None:
+    """Time each of the step's own GEMM shapes (fp32) at its batch rows and at
+    :data:`BATCH_SCALE_GROWTH` times them (interleaved), and weight each shape's per-call share by its
+    time per step. Shapes without a batch dimension count as growing with the batch (the
+    conservative side: they lower the fixed share). A shape whose pairs spread beyond
+    :data:`PROBE_SPREAD_MAX` twice is left out."""
+    planned: list[tuple[list[int], list[int] | None]] = []
+    for dims in shapes:
+        if len(dims) < 5 or dims[4] <= 0 or _prod_elems(dims) > MAX_PROBE_ELEMENTS:
+            continue
+        idx = batch_dim(dims, batch_rows)
+        big = None
+        if idx is not None:
+            big = [int(v) for v in dims[:4]]
+            big[idx] *= BATCH_SCALE_GROWTH
+            if _prod_elems(big) > MAX_PROBE_ELEMENTS:
+                big = None
+        planned.append((dims, big))
+    if not any(big for _, big in planned):
+        return None
+    fixed = total = 0.0
+    timed = 0
+    for i, (dims, big) in enumerate(planned):
+        slice_s = max(0.0, deadline - time.perf_counter()) / (len(planned) - i)
+
+        def make(_size: int, dims: list[int] = dims, big: list[int] | None = big) -> Pair:
+            return _gemm(dims, torch.float32, device, gen), _gemm(big or dims, torch.float32, device, gen)
+
+        result = _interleaved_ratio((1,), make, device, time.perf_counter() + slice_s)
+        if result is not None and result.spread > PROBE_SPREAD_MAX:
+            result = _interleaved_ratio((1,), make, device, time.perf_counter() + slice_s)
+        if result is None or result.spread > PROBE_SPREAD_MAX:
+            continue
+        b, m, n, k, step_flops = (int(v) for v in dims[:5])
+        per_step_s = step_flops / (2.0 * b * m * n * k) * result.a_s
+        total += per_step_s
+        if big is not None:
+            fixed += per_step_s * fixed_share_of_call(result.ratio, BATCH_SCALE_GROWTH)
+            timed += 1
+    if total <= 0 or not timed:
+        return None
+    return BatchScaleResult(fixed_share=fixed / total, shapes=timed)
+
+
 def _prod_elems(dims: list[int]) -> int:
     batch, m, n, k = (max(1, int(v)) for v in dims[:4])
     return batch * max(m * k, k * n, m * n)
@@ -328,12 +409,13 @@ def _overhead_probe(device: torch.device, deadline: float) -> float | None:
 
 
 def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float = 2.0,
-               gemm_shapes: list[list[int]] | None = None) -> ProbeResults:
+               gemm_shapes: list[list[int]] | None = None, batch_rows: set[int] | None = None) -> ProbeResults:
     """Run the post-run probes within about ``budget_s`` seconds and return what they measured.
 
     ``torch_threads`` is the thread count the script ran with; ``gemm_shapes`` the step's own
     matrix products (``[batch, m, n, k, flops_per_step]``), which the precision probe times instead
-    of one generic GEMM when given. Probes that do not apply (bf16 on a
+    of one generic GEMM when given; ``batch_rows`` the sizes a dimension has when it is the
+    micro-batch (its samples, its tokens), which the batch-scaling probe grows. Probes that do not apply (bf16 on a
     CPU without native bf16, threads when the script did not oversubscribe) are left ``None``.
     """
     if budget_s <= 0:
@@ -347,6 +429,8 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
         # No bf16 question to answer, but the fp32 rate of the step's own GEMMs still tells which
         # share of forward/backward is arithmetic (SMALL_BATCH's op-bound test): time fp32 alone.
         planned.append("fp32")
+    if gemm_shapes and batch_rows:
+        planned.append("batch_scale")
     if torch_threads > cores:
         planned.append("threads")
     if not dev.is_cuda(device):
@@ -361,7 +445,7 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
     spent_share = 0.0
     try:
         with torch.no_grad():
-            for name in ("bf16", "fp32", "threads", "neighbour", "overhead"):
+            for name in ("bf16", "fp32", "batch_scale", "threads", "neighbour", "overhead"):
                 if name not in planned:
                     continue
                 spent_share += _SHARES[name] / total_share
@@ -383,6 +467,11 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                         out.bf16_probe_shape = [bf16.size] * 3
                         out.fp32_matmul_flops_per_s = 2 * bf16.size**3 / bf16.a_s
                         out.bf16_probe_disturbed = bf16.spread > PROBE_SPREAD_MAX
+                elif name == "batch_scale":
+                    scale = _batch_scale_probe(gemm_shapes or [], batch_rows or set(), device, gen, deadline)
+                    if scale is not None:
+                        out.gemm_fixed_share = scale.fixed_share
+                        out.gemm_scale_probe = [BATCH_SCALE_GROWTH, scale.shapes]
                 elif name == "threads":
                     out.threads_speedup = _threads_probe(torch_threads, cores, cpu_gen, deadline)
                     out.threads_probe = [torch_threads, cores]

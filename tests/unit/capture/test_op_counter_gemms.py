@@ -29,3 +29,17 @@ def test_top_gemms_stops_at_the_flop_share() -> None:
     counter.gemm_flops.update({(1, 64, 64, 64): 900, (1, 8, 8, 8): 90, (1, 2, 2, 2): 10})
     assert [row[:4] for row in counter.top_gemms(share=0.9, limit=10)] == [[1, 64, 64, 64]]
     assert len(counter.top_gemms(share=1.0, limit=2)) == 2
+
+
+def test_batch_rows_are_the_samples_and_the_tokens() -> None:
+    from stave.capture.session import batch_rows
+    from stave.measure.config import TensorInfo
+
+    def t(dtype: str, shape: list[int]) -> TensorInfo:
+        return TensorInfo("batch", dtype, shape, "cpu", 0)
+
+    assert batch_rows([t("float32", [2, 256]), t("int64", [2])]) == {2}
+    assert batch_rows([t("int64", [8, 512])]) == {8, 4096}
+    assert batch_rows([t("float32", [4, 100, 40])]) == {4, 400}
+    assert batch_rows([t("uint8", [32, 3, 224, 224])]) == {32}  # images: rows are the samples
+    assert batch_rows([t("float32", [])]) == set()

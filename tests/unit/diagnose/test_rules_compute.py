@@ -249,6 +249,28 @@ def test_small_batch_per_sample_loop_ops_are_not_fixed(tmp_path):
     assert flat.est_speedup > looped.est_speedup
 
 
+def test_small_batch_counts_the_per_call_share_the_batch_scale_probe_measured():
+    # 3 MFLOP at the own shapes' 1e9 FLOP/s is 3 ms of 7 ms: not op-bound, so only the bare
+    # dispatch was fixed. The probe timed those shapes at 8x the rows: 90% of their time stayed.
+    def rec_with(share: float | None, shapes_flops: float):
+        rec = healthy_record(steps=tiny_steps(), probes=probes(fp32_matmul_flops_per_s=1e9, gemm_fixed_share=share))
+        rec.config = dataclasses.replace(rec.config, flops_by_phase={"forward": 1e6, "backward": 2e6},
+                                         gemm_shapes=[[1, 2, 256, 256, int(shapes_flops)]])
+        return rec
+
+    without = run_rule("SMALL_BATCH", rec_with(None, 3e6))
+    assert without.evidence["dispatch_s"] == pytest.approx(750 * 3e-6, rel=1e-3)
+    probed = run_rule("SMALL_BATCH", rec_with(0.9, 3e6))
+    # The probed shapes hold the step's FLOPs: the FLOP-free rest of forward/backward (activations,
+    # autograd) is at least as per-call, so 90% of the 7 ms is fixed, and 90% of the loss's 1 ms.
+    assert probed.evidence["dispatch_s"] == pytest.approx(0.9 * 7e-3, rel=0.01)
+    assert probed.evidence["other_s"] == pytest.approx(0.9 * 1e-3, rel=0.01)
+    assert probed.est_speedup > without.est_speedup
+    # Shapes holding a minority of the FLOPs: only the GEMMs' own time (3 ms) is priced by the probe.
+    partial = run_rule("SMALL_BATCH", rec_with(0.9, 1e6))
+    assert partial.evidence["dispatch_s"] == pytest.approx(0.9 * 3e-3, rel=0.01)
+
+
 def test_small_batch_op_bound_without_a_flop_rate_uses_the_floor():
     # No fp32 rate measured: the FLOPs are timed at MIN_FLOPS_PER_S, which overstates them.
     def rec_with(flops: float):

@@ -172,3 +172,52 @@ def test_neighbour_probe_times_a_busy_neighbour_and_leaves_no_process() -> None:
     assert result.neighbour_probe == [cores, cores]
     assert result.neighbour_stretch is not None and result.neighbour_stretch > 1.0
     assert {p.pid for p in psutil.Process().children()} <= before_children
+
+
+def test_fixed_share_of_a_call_from_its_time_at_two_batch_sizes() -> None:
+    g = probes.BATCH_SCALE_GROWTH
+    # The same time at g times the rows: all of it is per call.
+    assert probes.fixed_share_of_call(1.0, g) == pytest.approx(1.0)
+    # g times the time: all of it is per row.
+    assert probes.fixed_share_of_call(1.0 / g, g) == pytest.approx(0.0)
+    # t(g) = a + b g with a = b: t(1) = 2b, t(g) = (1 + g) b.
+    assert probes.fixed_share_of_call(2.0 / (1 + g), g) == pytest.approx(0.5)
+    # Noise past either end is clipped, never a negative or over-full share.
+    assert probes.fixed_share_of_call(0.5 / g, g) == 0.0 and probes.fixed_share_of_call(1.3, g) == 1.0
+
+
+def test_the_batch_dimension_is_the_one_equal_to_the_batch() -> None:
+    # A linear layer's forward GEMM has the batch as its rows (m); its weight gradient has it as k.
+    assert probes.batch_dim([1, 2, 256, 256], {2}) == 1
+    assert probes.batch_dim([1, 256, 256, 2], {2}) == 3
+    # Token rows (batch x sequence) of a sequence model; a dimension of 1 is never the batch.
+    assert probes.batch_dim([1, 4096, 384, 128], {8, 4096}) == 1
+    assert probes.batch_dim([1, 1, 64, 64], {1}) is None
+    assert probes.batch_dim([1, 64, 64, 64], {32}) is None
+
+
+def test_batch_scale_probe_weights_the_steps_shapes(monkeypatch) -> None:
+    seen: list[tuple[int, ...]] = []
+
+    def fake(sizes, make, device, deadline, setup_a=None, setup_b=None):
+        small, large = make(1)
+        seen.append(tuple(large().shape))
+        # The batch-2 shape keeps its time at 8x the rows (per-call); the other has no batch dim.
+        return probes.RatioResult(ratio=1.0, size=1, a_s=1e-3, b_s=1e-3, spread=0.0)
+
+    monkeypatch.setattr(probes, "_interleaved_ratio", fake)
+    gen = torch.Generator().manual_seed(0)
+    shapes = [[1, 2, 16, 16, 2 * 2 * 16 * 16 * 3], [1, 16, 16, 16, 2 * 16 * 16 * 16 * 1]]
+    out = probes._batch_scale_probe(shapes, {2}, torch.device("cpu"), gen, time.perf_counter() + 0.5)
+    assert seen[0] == (2 * probes.BATCH_SCALE_GROWTH, 16) and seen[1] == (16, 16)
+    # 3 calls of the per-call shape against 1 of the shape without a batch dimension (counted as growing).
+    assert out is not None and out.shapes == 1 and out.fixed_share == pytest.approx(0.75)
+    assert probes._batch_scale_probe(shapes, {7}, torch.device("cpu"), gen, time.perf_counter() + 0.5) is None
+
+
+def test_run_probes_measures_the_fixed_share_of_the_steps_gemms() -> None:
+    shapes = [[1, 2, 256, 256, 2 * 2 * 256 * 256 * 14], [1, 256, 256, 2, 2 * 2 * 256 * 256 * 7]]
+    result = run_probes(torch.get_num_threads(), "cpu", budget_s=1.0, gemm_shapes=shapes, batch_rows={2})
+    assert result.gemm_fixed_share is not None and 0.0 <= result.gemm_fixed_share <= 1.0
+    assert result.gemm_scale_probe == [probes.BATCH_SCALE_GROWTH, 2]
+    assert run_probes(torch.get_num_threads(), "cpu", budget_s=0.5, gemm_shapes=shapes).gemm_fixed_share is None

@@ -218,6 +218,13 @@ def _fixed_costs_s(inp: DoctorInput) -> tuple[float, dict[str, float]]:
                 # The loss and bookkeeping between the phases work on the outputs of a model whose own
                 # ops were just shown to be per-op overhead: no larger tensors, so no more work per sample.
                 parts["other_s"] = phase_s(summary, "other")
+        gemm_share = _gemm_fixed_share(inp, compute)
+        if gemm_share is not None:
+            parts["dispatch_s"] = max(parts["dispatch_s"], gemm_share * compute * fixed_op_share)
+            if not cfg.flops_by_phase.get("other", 0) and fixed_op_share == 1.0:
+                # The loss between the phases is FLOP-free work on the model's outputs: at least as
+                # fixed as the GEMMs that made them (the reason _gemm_fixed_share gives).
+                parts["other_s"] = max(parts.get("other_s", 0.0), gemm_share * phase_s(summary, "other"))
     pipe = summarize_pipeline(record)
     if pipe is not None and pipe.in_main_process:
         n = summary.samples_per_step
@@ -231,6 +238,30 @@ def _fixed_costs_s(inp: DoctorInput) -> tuple[float, dict[str, float]]:
         wait = summary.phase_median_s.get("data_wait", 0.0)
         parts["loader_overhead_s"] = max(0.0, wait - getitem - collate)
     return sum(parts.values()), parts
+
+
+def _gemm_fixed_share(inp: DoctorInput, compute_s: float) -> float | None:
+    """The share of forward+backward that the batch-scaling probe shows does not grow with the batch.
+
+    The probe timed the step's own GEMM shapes at the batch's rows and at several times them: the
+    per-call part of their time is fixed. Where the probed shapes hold most of forward's and
+    backward's counted FLOPs, the rest of those phases is FLOP-free work on the GEMMs' inputs and
+    outputs (activations, norms, autograd bookkeeping): less arithmetic per call than the GEMM that
+    made its tensor, the same per-call costs, so at least as fixed a share, and the GEMMs' share is
+    its lower bound. Otherwise only the GEMMs' own time (their FLOPs at the probe's rate) counts.
+    ``None`` without the probe.
+    """
+    record = inp.record
+    share = record.probes.gemm_fixed_share
+    rate = record.probes.fp32_matmul_flops_per_s
+    cfg = record.config
+    if share is None or not rate or compute_s <= 0:
+        return None
+    flops = cfg.flops_by_phase.get("forward", 0) + cfg.flops_by_phase.get("backward", 0)
+    probed_flops = sum(float(s[4]) for s in cfg.gemm_shapes if len(s) >= 5)
+    if flops > 0 and probed_flops >= 0.5 * flops:
+        return share
+    return share * min(compute_s, flops / rate) / compute_s
 
 
 def _fixed_op_share(inp: DoctorInput) -> float:
@@ -345,6 +376,10 @@ def small_batch(inp: DoctorInput) -> Finding | None:
     # per-batch overhead, so a larger batch pays it once.
     moved = min(model.load_cpu_s, parts.get("collate_per_batch_s", 0.0)) if model.workers == 0 else 0.0
     fixed_compute = fixed_s - parts.get("loader_overhead_s", 0.0) - parts.get("collate_per_batch_s", 0.0)
+    # The parts are shares of the median step; the model's phases are means (throughput), which
+    # also hold the few slow steps (collection pauses, stalls). The same shares hold there: scale
+    # to the mean, or the slow steps' excess would all be taken as per-sample work.
+    fixed_compute *= max(1.0, summary.step_time_mean_s / t)
     before = model.changed(fixed_s=max(0.0, fixed_compute), load_cpu_s=model.load_cpu_s - moved,
                            load_extra_s=model.load_extra_s + moved)
     growth, est = _target_growth(before, parts, limit, accum, summary.step_time_mean_s)
