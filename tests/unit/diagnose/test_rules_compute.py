@@ -363,11 +363,13 @@ def test_mixed_precision_not_claimed_for_dispatch_bound_steps():
 # --- PYTHON_OVERHEAD -------------------------------------------------------------------------------
 
 
-def loop_record(with_stacks: bool = True, other_ms: float = 45.0, rate: float | None = 1e12, other_ops: int = 4000):
+def loop_record(with_stacks: bool = True, other_ms: float = 45.0, rate: float | None = 1e12, other_ops: int = 4000,
+                backward_ops: int = 4150):
+    # The loop's ops record autograd nodes: backward replays the model's 150 ops and the loop's 4000.
     steps = make_steps(lambda i: {"data_wait": 2.0, "forward": 20.0, "backward": 30.0, "optimizer": 3.0,
                                   "other": other_ms})
     rec = healthy_record(steps=steps, probes=probes(fp32_matmul_flops_per_s=rate))
-    rec.config = healthy_config(aten_ops_by_phase={"forward": 100, "backward": 150, "other": other_ops})
+    rec.config = healthy_config(aten_ops_by_phase={"forward": 100, "backward": backward_ops, "other": other_ops})
     rec.stacks = stack_profile(steps, {"other": [(55, 0.8), (60, 0.2)]} if with_stacks else {}, interval_ms=2.0)
     if not with_stacks:
         rec.stacks.samples = []
@@ -379,15 +381,33 @@ def test_python_overhead_names_the_loop_line():
     assert f is not None
     assert f.lines[0] == f"{SCRIPT}:55"
     assert f"{SCRIPT}:55" in f.title
-    # Backward 30 ms, of which 2e10 FLOPs at 1e12 FLOP/s = 20 ms is FLOP work; the other 10 ms of
-    # per-node work split by op counts: 4000 of 4100 nodes are the loop's.
+    # Backward 30 ms, of which 2e10 FLOPs at 1e12 FLOP/s = 20 ms is FLOP work; the other 10 ms is
+    # per-op work over 4150 ops, of which the model's 100 forward ops explain at most 300: the
+    # other 3850 replay the loop's nodes.
     t = sum((2.0, 20.0, 30.0, 3.0, 45.0)) / 1e3
-    replay = 0.010 * 4000 / 4100
+    replay = 0.010 * 3850 / 4150
     assert f.evidence["backward_replay_s"] == pytest.approx(replay, rel=0.01)
     # The bare saving is the bound; in the step model the loader's 0.4 core of loading then falls
     # into a shorter step and takes a little more of the two cores.
     bare = t / (t - 0.045 - replay)
     assert 0.85 * bare < f.est_speedup <= bare + 1e-3
+
+
+def test_python_overhead_under_no_grad_causes_no_backward_replay():
+    # A metric loop under no_grad records no nodes: backward has only the model's ops.
+    f = run_rule("PYTHON_OVERHEAD", loop_record(backward_ops=150))
+    assert f is not None and f.evidence["backward_replay_s"] == 0.0
+
+
+def test_python_overhead_from_op_counts_when_the_run_is_too_short_for_lines():
+    # No stack samples: the 4000 ops between the phases (over one per sample, beyond bookkeeping)
+    # still show a loop over the batch, and its backward replay is counted.
+    f = run_rule("PYTHON_OVERHEAD", loop_record(with_stacks=False))
+    assert f is not None and f.lines == []
+    assert f.evidence["backward_replay_s"] == pytest.approx(0.010 * 3850 / 4150, rel=0.01)
+    # A handful of ops (a loss, a metric): the 'other' time alone, as before.
+    g = run_rule("PYTHON_OVERHEAD", loop_record(with_stacks=False, other_ops=20))
+    assert g is not None and g.evidence["backward_replay_s"] == 0.0 and g.est_speedup < f.est_speedup
 
 
 def test_python_overhead_counts_the_backward_it_causes_toward_the_threshold():
@@ -404,8 +424,9 @@ def test_python_overhead_counts_the_backward_it_causes_toward_the_threshold():
 
 
 def test_python_overhead_without_stack_samples_reports_the_time_alone():
-    # Too short a run for the stacks: the 'other' time still counts, without lines or replay.
-    f = run_rule("PYTHON_OVERHEAD", loop_record(with_stacks=False))
+    # Too short a run for the stacks: the 'other' time still counts, without lines (and, with a
+    # bookkeeping-sized op count, without replay).
+    f = run_rule("PYTHON_OVERHEAD", loop_record(with_stacks=False, other_ops=20))
     assert f is not None
     assert f.lines == []
     assert f.evidence["stack_samples_in_other"] == 0
@@ -413,7 +434,7 @@ def test_python_overhead_without_stack_samples_reports_the_time_alone():
     assert 0.9 * t / (t - 0.045) < f.est_speedup <= t / (t - 0.045) + 1e-3  # bound, as above
     assert "--flamegraph" in f.fix
     # ...and only when 'other' alone is a large share of the step.
-    assert run_rule("PYTHON_OVERHEAD", loop_record(with_stacks=False, other_ms=8.0)) is None
+    assert run_rule("PYTHON_OVERHEAD", loop_record(with_stacks=False, other_ms=8.0, other_ops=20)) is None
 
 
 def test_python_overhead_quiet_on_healthy_steps():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from stave.analyze.hotlines import hot_lines
+from stave.analyze.hotlines import hot_lines, loop_holds_phase
 from stave.analyze.step_inputs import step_inputs
 from stave.analyze.step_model import ModelEstimate, estimate, phase_s, speedup, without_phase_time
 from stave.diagnose.finding import Finding, severity_for_speedup
@@ -22,6 +22,13 @@ LINE_MIN_SHARE = 0.10
 # Evidence numbers keep this many significant digits: enough to recompute the estimate, few
 # enough to read.
 EVIDENCE_DIGITS = 4
+# Fewer stack samples in a phase than this (0.2 s at 50 Hz) cannot say which line holds the time:
+# a line's share would be off by more than 15% either way.
+MIN_STACK_SAMPLES = 10
+# A step's loss and metrics issue tens of ops between the phases (cross_entropy is about four, an
+# accuracy about five, each .item() one); more than this many are not such fixed bookkeeping, so
+# with at least one op per sample of the batch they come from a loop over the batch's elements.
+BOOKKEEPING_OPS_MAX = 64
 
 
 def tidy(value: Any) -> Any:
@@ -129,3 +136,28 @@ def spread_saving(inp: DoctorInput, phases: tuple[str, ...], saved_s: float) -> 
     if total <= 0:
         return {}
     return {p: saved_s * t / total for p, t in times.items()}
+
+
+def micro_batches(record: RunRecord) -> int:
+    """Backward passes per optimizer step (micro-batches), the median over the counted steps."""
+    calls = sorted(s.backward_calls for s in record.counted_steps())
+    return max(1, calls[len(calls) // 2]) if calls else 1
+
+
+def loop_over_batch(inp: DoctorInput) -> bool:
+    """True when the ops issued between the phases come from a loop over the batch's elements.
+
+    Their count must be beyond fixed bookkeeping (:data:`BOOKKEEPING_OPS_MAX`) and at least one per
+    sample of the (micro-)batch; where the stack samples can say (:data:`MIN_STACK_SAMPLES`), most
+    of that time must also sit on lines inside a per-element loop of the user's code.
+    """
+    record = inp.record
+    ops = (record.config.aten_ops_by_phase or {}).get("other", 0)
+    micro = max(1, round(inp.summary.samples_per_step / micro_batches(record)))
+    if ops < max(micro, BOOKKEEPING_OPS_MAX):
+        return False
+    steps = counted_indices(record)
+    if record.stacks.sample_count(steps, "other") < MIN_STACK_SAMPLES:
+        return True
+    return loop_holds_phase(record.stacks, steps, "other", LINE_MIN_SHARE)
+

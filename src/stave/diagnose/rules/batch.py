@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import math
 
-from stave.analyze.hotlines import loop_holds_phase
 from stave.analyze.pipeline import main_loader, summarize_pipeline
 from stave.analyze.step_inputs import PIN_COPY_BYTES_PER_S, step_inputs
 from stave.analyze.step_model import StepInputs, estimate, phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.diagnose.rules._helpers import LINE_MIN_SHARE, REPORT_MIN_SPEEDUP, counted_indices, dataloader_call, is_gpu, make_finding, saving_speedup
+from stave.diagnose.rules._helpers import (REPORT_MIN_SPEEDUP, dataloader_call, is_gpu, loop_over_batch, make_finding,
+                                           micro_batches, saving_speedup)
 
 # fp64 math runs at most half the fp32 rate: a SIMD register holds half as many fp64 values, and
 # GPUs have 1/2 (datacenter) down to 1/64 (consumer) of their fp32 rate. 2x is the least it costs.
@@ -231,7 +231,7 @@ def _fixed_costs_s(inp: DoctorInput) -> tuple[float, dict[str, float]]:
         getitem = sum(s.wall_s_per_sample for s in pipe.stages if s.name != "collate") * n
         collate = sum(s.wall_s_per_sample for s in pipe.stages if s.name == "collate") * n
         # A collate call copies each sample's bytes and handles each element; the rest is per call.
-        batch_bytes = sum(t.nbytes for t in cfg.batch) * _accumulation(record)
+        batch_bytes = sum(t.nbytes for t in cfg.batch) * micro_batches(record)
         per_sample = n * COLLATE_S_PER_SAMPLE + batch_bytes / PIN_COPY_BYTES_PER_S
         parts["collate_per_batch_s"] = max(0.0, collate - per_sample)
         # The part of the wait beyond the samples' own loading and collation: sampler and fetch overhead.
@@ -267,29 +267,18 @@ def _gemm_fixed_share(inp: DoctorInput, compute_s: float) -> float | None:
 def _fixed_op_share(inp: DoctorInput) -> float:
     """The share of forward's and backward's ops whose count does not grow with the batch.
 
-    The ops issued between the phases grow with the batch when the stack samples put most of that
-    time inside a per-element loop of the user's code and the ops number at least one per sample of
-    the (micro-)batch (a loss summed sample by sample); those ops and the autograd nodes they record
-    are then per-sample cost, however small each is. Backward replays one node per recorded op, so
-    its ops are split between the model and that loop by their forward-side counts.
+    Ops a loop over the batch's elements issues between the phases (a loss summed sample by sample:
+    ``loop_over_batch``), and the autograd nodes they record, grow with the batch however small each
+    is. Backward replays one node per recorded op, so its ops are split between the model and that
+    loop by their forward-side counts.
     """
-    record = inp.record
-    ops_by_phase = record.config.aten_ops_by_phase or {}
+    ops_by_phase = inp.record.config.aten_ops_by_phase or {}
     fwd, bwd = ops_by_phase.get("forward", 0), ops_by_phase.get("backward", 0)
     loop = ops_by_phase.get("other", 0)
-    micro_batch = max(1, round(inp.summary.samples_per_step / max(1, _accumulation(record))))
-    if loop < micro_batch or fwd + bwd <= 0:
-        return 1.0
-    if not loop_holds_phase(record.stacks, counted_indices(record), "other", LINE_MIN_SHARE):
+    if fwd + bwd <= 0 or not loop_over_batch(inp):
         return 1.0
     model_nodes = fwd / (fwd + loop) if fwd + loop > 0 else 0.0
     return (fwd + bwd * model_nodes) / (fwd + bwd)
-
-
-def _accumulation(record) -> int:
-    """Backward passes per optimizer step (micro-batches), the median over the counted steps."""
-    calls = sorted(s.backward_calls for s in record.counted_steps())
-    return calls[len(calls) // 2] if calls else 1
 
 
 def _growth_limit(inp: DoctorInput, batch: int) -> int:
@@ -361,7 +350,7 @@ def small_batch(inp: DoctorInput) -> Finding | None:
         return None
     fixed_s, parts = _fixed_costs_s(inp)
     share = min(1.0, fixed_s / t)
-    accum = _accumulation(record)
+    accum = micro_batches(record)
     batch = round(summary.samples_per_step)
     micro = max(1, batch // max(accum, 1))
     # Gradient accumulation: the fixed cost that matters is paid per micro-batch; merging

@@ -20,15 +20,17 @@ from stave.analyze.step_model import phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.diagnose.rules._helpers import LINE_MIN_SHARE, REPORT_MIN_SPEEDUP, counted_indices, make_finding, saving_speedup
+from stave.diagnose.rules._helpers import (LINE_MIN_SHARE, MIN_STACK_SAMPLES, REPORT_MIN_SPEEDUP, counted_indices,
+                                           loop_over_batch, make_finding, saving_speedup)
 
 # The loop's Python and the backward work it causes take at least this share of the step (the
 # issue's bound for the 'other' part of an honest breakdown); below it they are the loop's own
 # bookkeeping (iteration, a few scalar ops), not something to rewrite.
 MIN_SHARE = 0.15
-# Fewer samples than this in ``other`` (0.2 s at 50 Hz) cannot say which line holds the time:
-# a line's share would be off by more than 15% either way.
-MIN_STACK_SAMPLES = 10
+# Backward replays each node forward recorded as one to three ops (a linear layer's two matmuls
+# and a sum, an activation's one): a model's own backward issues at most this many ops per op of
+# its forward, so backward ops beyond that are nodes recorded outside the model's forward.
+BACKWARD_OPS_PER_FORWARD_OP = 3
 # A line whose samples are mostly inside library code is a library call, not Python in the loop,
 # when the ops in ``other`` each cost this many bare dispatches or more: they do real work in C++
 # (a gradient norm over large tensors), which rewriting the line's Python would not shorten.
@@ -73,19 +75,22 @@ def _backward_replay_s(inp: DoctorInput, hot_share: float) -> float | None:
     """Backward time spent replaying the autograd nodes the hot lines recorded, or None if unknown.
 
     Backward time is FLOP work (the counted matmul/conv FLOPs of backward at the probe's fp32 rate)
-    plus per-node work; one node is recorded per op in forward, so the per-node part is split
-    between the model and the loop by their op counts.
+    plus per-op work. The model's own forward explains at most :data:`BACKWARD_OPS_PER_FORWARD_OP`
+    backward ops per forward op; the ops beyond, up to one per op the loop issued, replay nodes the
+    loop recorded (none when it ran under ``no_grad``), and take their share of the per-op work.
     """
     record, summary = inp.record, inp.summary
     ops = record.config.aten_ops_by_phase
     loop_ops = ops.get("other", 0)
+    backward_ops = ops.get("backward", 0)
     rate = record.probes.fp32_matmul_flops_per_s
-    if not loop_ops or not rate:
+    if not loop_ops or not rate or backward_ops <= 0:
         return None
+    loop_nodes = min(loop_ops, max(0, backward_ops - BACKWARD_OPS_PER_FORWARD_OP * ops.get("forward", 0)))
     backward = phase_s(summary, "backward")
     flop_time = record.config.flops_by_phase.get("backward", 0) / rate
-    per_node = max(0.0, backward - flop_time)
-    return per_node * loop_ops / (loop_ops + ops.get("forward", 0)) * hot_share
+    per_op = max(0.0, backward - flop_time) / backward_ops
+    return per_op * loop_nodes * hot_share
 
 
 def _unattributed(inp: DoctorInput, other: float, samples: int) -> Finding | None:
@@ -96,9 +101,12 @@ def _unattributed(inp: DoctorInput, other: float, samples: int) -> Finding | Non
     share of the step is unaccounted Python, and how to get the lines.
     """
     t = inp.summary.step_time_median_s
-    if other / t < MIN_SHARE:
+    # Without lines, the op counts can still show a loop over the batch's elements; the backward
+    # replay of the nodes it recorded is then the loop's too.
+    replay = (_backward_replay_s(inp, 1.0) or 0.0) if loop_over_batch(inp) else 0.0
+    if (other + replay) / t < MIN_SHARE:
         return None
-    est = saving_speedup(inp, {"other": other}, t)
+    est = saving_speedup(inp, {"other": other, "backward": replay}, t)
     if est < REPORT_MIN_SPEEDUP:
         return None
     return make_finding(
@@ -113,14 +121,16 @@ def _unattributed(inp: DoctorInput, other: float, samples: int) -> Finding | Non
             "stack_samples_in_other": samples,
             "min_stack_samples": MIN_STACK_SAMPLES,
             "aten_ops_in_other": inp.record.config.aten_ops_by_phase.get("other"),
+            "backward_replay_s": replay,
         },
         """# Run longer to see which lines hold the time (the table of hot lines, or the flame graph):
 #   stave doctor --steps 200 --flamegraph stacks.txt train.py
 # then replace per-element Python loops in the step with whole-tensor ops, e.g.
 loss = F.cross_entropy(out, y, reduction="sum")  # not one cross_entropy per sample""",
         explanation=(
-            "Estimate: the median 'other' time removed (a lower bound: the backward work such Python "
-            "causes cannot be attributed without its lines)."
+            "Estimate: the median 'other' time removed, plus the backward replay of the nodes a loop "
+            "over the batch recorded where the op counts show one (at least one op per sample, more "
+            "than bookkeeping issues)."
         ),
     )
 
