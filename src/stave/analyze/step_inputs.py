@@ -108,6 +108,27 @@ def compute_threads(load: MachineLoad) -> float:
     return max(1.0, min(configured, load.compute_threads_busy))
 
 
+def oversubscription_penalty(record: RunRecord, summary: StepSummary, serial_s: float) -> float:
+    """The parallel compute's time at the script's thread count over at one thread per core.
+
+    The thread probe timed the step's GEMMs and the elementwise ops on their outputs both ways. The
+    GEMMs' share of the parallel compute is their counted FLOPs at the probe's fp32 rate (measured
+    at the script's threads); the rest is the memory-bound ops between them. Each part shrinks by
+    its own ratio. Without the elementwise ratio or a rate, the GEMMs' ratio stands for all.
+    """
+    gemm_ratio = record.probes.threads_speedup
+    if gemm_ratio is None:
+        return 1.0
+    elem_ratio = record.probes.threads_elementwise_speedup
+    rate = record.probes.fp32_matmul_flops_per_s
+    parallel = max(0.0, sum(summary.phase_s(p) for p in COMPUTE_PHASES) - serial_s)
+    if elem_ratio is None or not rate or parallel <= 0 or gemm_ratio <= 0 or elem_ratio <= 0:
+        return gemm_ratio
+    gemm_s = min(parallel, sum(record.config.flops_by_phase.values()) / rate)
+    rest_s = parallel - gemm_s
+    return parallel / (gemm_s / gemm_ratio + rest_s / elem_ratio)
+
+
 def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | None = None) -> StepInputs | None:
     """The model's inputs for this run (calibrated to its measured contention); ``None`` without steps."""
     if summary.steps == 0 or summary.step_time_mean_s <= 0:
@@ -154,7 +175,7 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
         load_queue_per_cpu=queue,
         pin_cpu_s=pin,
         other_cores=load.other_cores or 0.0,
-        oversubscription_penalty=record.probes.threads_speedup or 1.0,
+        oversubscription_penalty=oversubscription_penalty(record, summary, serial),
         contention_factor=contention_factor(record.probes.neighbour_stretch, *probe_threads_cores),
         transfer_cpu_s=transfer,
         samples_per_step=n,

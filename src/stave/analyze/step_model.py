@@ -162,10 +162,19 @@ def contention_factor(neighbour_stretch: float | None, threads: int, cores: int)
 
 def _parallel_stretch(inp: StepInputs, fair: float, threads: float) -> float:
     """The stretch of a parallel op (``threads`` > 1) under fair-share stretch ``fair``: it waits at
-    its barrier for the thread that lost its core, ``1 + k (fair - 1)``; one thread pays ``fair``."""
+    its barrier for the thread that lost its core, ``1 + k (fair - 1)``; one thread pays ``fair``.
+
+    A pool larger than the cores is over-committed by its own threads (``own = threads / cores``):
+    that part is the fair share of its own threads, whose barrier cost the thread probe prices
+    (``oversubscription_penalty``); ``k`` applies only to the further stretch other runnable threads
+    add, ``own (1 + k (fair / own - 1))``, so the two are not counted twice.
+    """
     if threads <= 1.0 or fair <= 1.0:
         return fair
-    return 1.0 + max(1.0, inp.contention_factor) * (fair - 1.0)
+    own = max(1.0, threads / max(inp.cores, 1e-9))
+    if fair <= own:
+        return fair
+    return own * (1.0 + max(1.0, inp.contention_factor) * (fair / own - 1.0))
 
 
 def _compute_s(inp: StepInputs, stretch: float) -> float:
@@ -185,7 +194,8 @@ def _compute_s(inp: StepInputs, stretch: float) -> float:
     serial = min(inp.serial_s, total / fair_m)
     par_m = max(0.0, total - serial * fair_m) / _parallel_stretch(inp, fair_m, max(1.0, inp.threads_measured))
     base = serial + par_m
-    fixed = min(inp.fixed_s, base)
+    # fixed_s is measured seconds, stretched as the compute was: the same share of the de-stretched base.
+    fixed = min(inp.fixed_s * base / total, base) if total > 0 else 0.0
     parallel = par_m * max(1.0, inp.threads_measured) / _threads_wanted(inp)
     if not inp.gpu:
         # The measured run paid the penalty when its threads exceeded the cores; the fix pays it
@@ -225,7 +235,8 @@ def step_time(inp: StepInputs) -> StepTime:
         # Main-process loading: no overlap; the pin thread and other processes still want cores.
         compute0 = _compute_s(inp, 1.0)
         stretch = stretch_for(inp, pin / max(compute0, 1e-9))
-        compute = compute0 * stretch
+        # The same stretch as beside workers: the serial part pays the fair share, parallel ops more.
+        compute = _compute_s(inp, stretch)
         load = _loading_s(inp, load_cpu, None) + blocked + inp.load_extra_s * k
         st = StepTime(compute + load, compute, load, stretch, _threads_wanted(inp) + inp.other_cores, "serial")
         return _device_bound(inp, st)

@@ -64,6 +64,13 @@ class ProbeResults:
     bf16_probe_shape: list[int] = field(default_factory=list)
     threads_speedup: float | None = None
     threads_probe: list[int] = field(default_factory=list)
+    # The same elementwise work (an activation and a residual add over each GEMM's output) at the
+    # script's thread count over one per core: memory-bound ops pay the threads' wake-ups and
+    # barrier that a GEMM hides behind its arithmetic. ``threads_speedup`` is the GEMMs' ratio.
+    threads_elementwise_speedup: float | None = None
+    # "own_shapes": the thread probe timed the step's own GEMM shapes (weighted by their count per
+    # step) at both thread counts; "generic": one square GEMM and one layer-sized activation.
+    threads_probe_source: str = "generic"
     op_overhead_ns: float | None = None
     # FLOP/s of the bf16 probe's fp32 matmul: turns the step's counted matmul/conv FLOPs into the
     # time autocast can shorten (the rest of forward/backward stays fp32).

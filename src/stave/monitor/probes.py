@@ -325,19 +325,73 @@ def _prod_elems(dims: list[int]) -> int:
     return batch * max(m * k, k * n, m * n)
 
 
-def _threads_probe(torch_threads: int, cores: int, gen: torch.Generator, deadline: float) -> float | None:
+# Elements of the activation the elementwise half of the thread probe uses without the step's own
+# shapes: a [128, 1024] layer output, above torch's parallel grain (32768 elements), so the op is
+# split over the threads as a real activation is.
+GENERIC_ACTIVATION_ELEMENTS = 128 * 1024
+
+
+@dataclass(frozen=True)
+class ThreadsResult:
+    """Times at the script's thread count over at one per core: GEMMs, and elementwise ops."""
+
+    gemm_ratio: float
+    elementwise_ratio: float | None
+    source: str
+
+
+def _elementwise(elements: int, gen: torch.Generator) -> Callable[[], object]:
+    x = torch.rand(max(1, int(elements)), generator=gen)
+    # An activation then a residual add: the memory-bound ops between a model's GEMMs, each split
+    # over the intra-op threads, each paying their wake-up and barrier.
+    return lambda: torch.nn.functional.gelu(x).add_(x)
+
+
+def _threads_probe(torch_threads: int, cores: int, gen: torch.Generator, deadline: float,
+                   shapes: list[list[int]] | None = None) -> ThreadsResult | None:
+    """The same work at ``torch_threads`` over at ``cores`` threads: the step's GEMMs, and the
+    elementwise ops on their outputs.
+
+    With the step's own GEMM shapes each is timed both ways (interleaved, a slice of the budget
+    each), and so is an activation and residual add over its output, the times combined by each
+    shape's count per step: a GEMM hides the threads' wake-ups and barrier behind its arithmetic,
+    a memory-bound op on the same output does not. Without them (or when none fits) one square GEMM
+    and one layer-sized activation stand in ("generic").
+    """
     cpu = torch.device("cpu")
+    setup_a = lambda: torch.set_num_threads(torch_threads)  # noqa: E731
+    setup_b = lambda: torch.set_num_threads(cores)  # noqa: E731
+    usable = [d for d in (shapes or []) if len(d) >= 5 and d[4] > 0 and _prod_elems(d) <= MAX_PROBE_ELEMENTS]
+    times = {"gemm": [0.0, 0.0], "elementwise": [0.0, 0.0]}
+    for i, dims in enumerate(usable):
+        slice_s = max(0.0, deadline - time.perf_counter()) / (len(usable) - i) / 2
+        b, m, n, k, step_flops = (int(v) for v in dims[:5])
+        count = step_flops / (2.0 * b * m * n * k)
+        for kind, fn in (("gemm", _gemm(dims, torch.float32, cpu, gen)), ("elementwise", _elementwise(b * m * n, gen))):
+            result = _interleaved_ratio((1,), lambda _size, fn=fn: (fn, fn), cpu, time.perf_counter() + slice_s,
+                                        setup_a=setup_a, setup_b=setup_b)
+            if result is not None:
+                times[kind][0] += count * result.a_s
+                times[kind][1] += count * result.b_s
+
+    def ratio(kind: str) -> float | None:
+        many, few = times[kind]
+        return many / few if many > 0 and few > 0 else None
+
+    if ratio("gemm") is not None:
+        return ThreadsResult(ratio("gemm"), ratio("elementwise"), "own_shapes")
+    half = time.perf_counter() + max(0.0, deadline - time.perf_counter()) / 2
 
     def make(size: int) -> Pair:
         mm = _matmul(size, torch.float32, cpu, gen)
         return mm, mm
 
-    result = _interleaved_ratio(
-        CPU_MATMUL_SIZES, make, cpu, deadline,
-        setup_a=lambda: torch.set_num_threads(torch_threads),
-        setup_b=lambda: torch.set_num_threads(cores),
-    )
-    return result.ratio if result is not None else None
+    gemm = _interleaved_ratio(CPU_MATMUL_SIZES, make, cpu, half, setup_a=setup_a, setup_b=setup_b)
+    if gemm is None:
+        return None
+    act = _elementwise(GENERIC_ACTIVATION_ELEMENTS, gen)
+    elem = _interleaved_ratio((1,), lambda _size: (act, act), cpu, deadline, setup_a=setup_a, setup_b=setup_b)
+    return ThreadsResult(gemm.ratio, elem.ratio if elem is not None else None, "generic")
 
 
 class _Spinner:
@@ -473,7 +527,12 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                         out.gemm_fixed_share = scale.fixed_share
                         out.gemm_scale_probe = [BATCH_SCALE_GROWTH, scale.shapes]
                 elif name == "threads":
-                    out.threads_speedup = _threads_probe(torch_threads, cores, cpu_gen, deadline)
+                    threads = _threads_probe(torch_threads, cores, cpu_gen, deadline,
+                                             gemm_shapes if device.type == "cpu" else None)
+                    if threads is not None:
+                        out.threads_speedup = threads.gemm_ratio
+                        out.threads_elementwise_speedup = threads.elementwise_ratio
+                        out.threads_probe_source = threads.source
                     out.threads_probe = [torch_threads, cores]
                 elif name == "neighbour":
                     out.neighbour_stretch = _neighbour_probe(torch_threads, cpu_gen, deadline)

@@ -181,3 +181,26 @@ def test_batches_moved_into_workers_pay_their_shared_memory_transfer():
     assert step_time(shm).step_s == pytest.approx(step_time(plain).step_s)
     assert step_time(shm.changed(workers=2)).producer_s > step_time(plain.changed(workers=2)).producer_s
     assert estimate(shm, shm.changed(workers=1), 0.15) <= estimate(plain, plain.changed(workers=1), 0.15)
+
+
+def test_a_pool_larger_than_the_cores_is_not_stretched_twice():
+    # 16 threads on 2 cores with a barrier factor of 3 measured beside one neighbour: the pool's own
+    # over-commit (8x) is its threads' fair share, priced by the thread probe's penalty (2x here);
+    # k only applies to what other threads add. Loading in the main process, where the same
+    # parallel stretch applies as beside workers.
+    phases = {**COMPUTE, "data_wait": 0.02}
+    over = model(compute_threads=16.0, oversubscription_penalty=2.0, contention_factor=3.0, workers=0,
+                 load_cpu_s=0.02, phases_s=phases)
+    assert step_time(over).step_s == pytest.approx(0.12, rel=1e-6)
+    # Down to the cores: the penalty goes (2x on the 0.1 s of compute), nothing more.
+    assert estimate(over, over.changed(compute_threads=2.0), 0.12) == pytest.approx(0.12 / 0.07, rel=0.02)
+    plain = model(compute_threads=16.0, oversubscription_penalty=2.0, workers=0, load_cpu_s=0.02, phases_s=phases)
+    assert estimate(plain, plain.changed(compute_threads=2.0), 0.12) == pytest.approx(
+        estimate(over, over.changed(compute_threads=2.0), 0.12), rel=0.02)
+
+
+def test_fixed_seconds_keep_their_share_of_a_stretched_compute():
+    # Half of a compute measured under an 8x fair share is fixed: a 4x batch grows the other half only.
+    inp = model(compute_threads=16.0, fixed_s=0.05, workers=0, load_cpu_s=0.0)
+    after = inp.changed(batch_scale=4.0)
+    assert estimate(inp, after, 0.1) == pytest.approx(4 * 0.1 / (0.05 + 4 * 0.05), rel=0.02)

@@ -45,6 +45,29 @@ def test_threads_fires_with_probe_ratio_applied_to_compute():
     assert f.evidence["model_inputs_changed"]["compute_threads"] == [8, 2]
 
 
+def test_threads_penalty_weighs_gemms_and_elementwise_ops_by_their_time():
+    from stave.analyze.breakdown import summarize_steps
+    from stave.analyze.step_inputs import oversubscription_penalty
+
+    # 98.8 ms of compute (less 2.25 ms serial); 4.8e9 FLOPs at 1e11 FLOP/s is 48 ms of GEMMs, the
+    # rest (48.55 ms) elementwise. GEMMs 1.2x faster at the cores' thread count, elementwise 4x.
+    rec = healthy_record(config=healthy_config(torch_threads=8, flops_by_phase={"forward": 1.6e9, "backward": 3.2e9}),
+                         probes=probes(threads_speedup=1.2, threads_elementwise_speedup=4.0,
+                                       fp32_matmul_flops_per_s=1e11))
+    summary = summarize_steps(rec.steps)
+    parallel = sum(summary.phase_s(p) for p in ("h2d", "forward", "backward", "optimizer", "other")) - 2.25e-3
+    gemm = 0.048
+    expected = parallel / (gemm / 1.2 + (parallel - gemm) / 4.0)
+    assert oversubscription_penalty(rec, summary, 2.25e-3) == pytest.approx(expected, rel=1e-3)
+    # Without the elementwise half (an older record), the GEMMs' ratio stands for all.
+    rec.probes = probes(threads_speedup=1.2)
+    assert oversubscription_penalty(rec, summary, 2.25e-3) == pytest.approx(1.2)
+    f = run_rule("THREAD_OVERSUBSCRIPTION", healthy_record(
+        config=healthy_config(torch_threads=8, flops_by_phase={"forward": 1.6e9, "backward": 3.2e9}),
+        probes=probes(threads_speedup=1.2, threads_elementwise_speedup=4.0, fp32_matmul_flops_per_s=1e11)))
+    assert f.evidence["compute_penalty"] == pytest.approx(expected, rel=1e-3) and f.est_speedup > 1.4
+
+
 def test_threads_without_probe_is_information_only():
     rec = healthy_record(config=healthy_config(torch_threads=8), probes=probes(threads_speedup=None))
     f = run_rule("THREAD_OVERSUBSCRIPTION", rec)
@@ -161,7 +184,9 @@ def test_small_batch_accumulation_merges_only_whole_micro_batches():
     for s in steps:
         s.backward_calls = 6
         s.samples = 12
-    rec = healthy_record(steps=steps, probes=probes())
+    # Loading light enough that the two workers keep up with the 12 samples a step.
+    light = [worker(i, 600, wall_us=200.0, cpu_us=150.0) for i in range(2)]
+    rec = healthy_record(steps=steps, probes=probes(), workers=light)
     f = run_rule("SMALL_BATCH", rec)
     assert f is not None and f.evidence["batch_growth"] == 6
     # Where GPU memory holds only a 4x micro-batch, the largest divisor of 6 within it is 3.

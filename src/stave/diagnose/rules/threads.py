@@ -47,10 +47,14 @@ def thread_oversubscription(inp: DoctorInput) -> Finding | None:
         "torch_threads": threads,
         "cores_usable": cores,
         "threads_probe_speedup": ratio,
+        "threads_probe_elementwise_speedup": record.probes.threads_elementwise_speedup,
+        "threads_probe_source": record.probes.threads_probe_source,
+        "compute_penalty": model.oversubscription_penalty,
         "threads_probe": record.probes.threads_probe,
         "involuntary_switches_per_s": host.ctx_involuntary_per_s,
         "procs_running": host.procs_running,
-        "model_inputs_changed": {"compute_threads": [threads, cores], "oversubscription_penalty": [ratio, 1.0]},
+        "model_inputs_changed": {"compute_threads": [threads, cores],
+                                 "oversubscription_penalty": [model.oversubscription_penalty, 1.0]},
     }
     fix = (
         f"torch.set_num_threads({cores})  # one intra-op thread per usable core "
@@ -81,12 +85,15 @@ def thread_oversubscription(inp: DoctorInput) -> Finding | None:
         )
     return make_finding(
         "THREAD_OVERSUBSCRIPTION", est,
-        f"torch uses {threads} threads on {cores} usable cores; the same matmul runs {ratio:.1f}x faster with {cores}",
+        f"torch uses {threads} threads on {cores} usable cores; the step's parallel compute runs "
+        f"{model.oversubscription_penalty:.1f}x faster with {cores} (probe of its own work)",
         evidence, fix,
         explanation=(
             "Threads beyond the cores queue for a core and make every op's barrier wait for the "
-            "slowest chunk. Estimate: the step model with compute_threads set to the cores and the "
-            "probe's measured penalty gone."
+            "slowest chunk; memory-bound ops between the GEMMs pay it most. The probe timed the "
+            "step's GEMMs and the elementwise ops on their outputs at both thread counts, weighted "
+            "by their share of the compute. Estimate: the step model with compute_threads set to "
+            "the cores and that measured penalty gone."
         ),
     )
 
