@@ -68,8 +68,10 @@ class ProbeResults:
     # script's thread count over one per core: memory-bound ops pay the threads' wake-ups and
     # barrier that a GEMM hides behind its arithmetic. ``threads_speedup`` is the GEMMs' ratio.
     threads_elementwise_speedup: float | None = None
-    # "own_shapes": the thread probe timed the step's own GEMM shapes (weighted by their count per
-    # step) at both thread counts; "generic": one square GEMM and one layer-sized activation.
+    # "own_shapes": the thread probe timed the step's own GEMM shapes and their outputs (weighted by
+    # their count per step) at both thread counts; "own_outputs": their outputs, with one square
+    # GEMM for the GEMMs (shapes too large to fit, compute-bound like it); "generic": one square
+    # GEMM and one layer-sized activation.
     threads_probe_source: str = "generic"
     op_overhead_ns: float | None = None
     # FLOP/s of the bf16 probe's fp32 matmul: turns the step's counted matmul/conv FLOPs into the

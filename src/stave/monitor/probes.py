@@ -202,6 +202,18 @@ class OwnShapesResult:
     disturbed: bool
 
 
+def _square_fp32_rate(device: torch.device, gen: torch.Generator, deadline: float) -> float | None:
+    """fp32 FLOP/s of one square GEMM (the largest of the sizes that fits before ``deadline``)."""
+    sizes = CPU_MATMUL_SIZES if device.type == "cpu" else GPU_MATMUL_SIZES
+
+    def make(size: int) -> Pair:
+        mm = _matmul(size, torch.float32, device, gen)
+        return mm, mm
+
+    result = _interleaved_ratio(sizes, make, device, deadline)
+    return 2.0 * result.size**3 / result.a_s if result is not None and result.a_s > 0 else None
+
+
 def _own_shapes_probe(shapes: list[list[int]], device: torch.device, gen: torch.Generator,
                       deadline: float, low: torch.dtype = torch.bfloat16) -> OwnShapesResult | None:
     """Time each of the step's own GEMM shapes in fp32 and bf16 (interleaved) and combine them by
@@ -347,51 +359,65 @@ def _elementwise(elements: int, gen: torch.Generator) -> Callable[[], object]:
     return lambda: torch.nn.functional.gelu(x).add_(x)
 
 
+# A GEMM of more FLOPs than a 512-cube one is compute-bound on any CPU: its thread-count ratio is
+# the square probe's, which also fits the budget where the step's own (larger) shapes would not.
+OWN_SHAPE_MAX_FLOPS = 2 * 512**3
+
+
+def _weighted_ratio(work: list[tuple[float, Callable[[], object]]], deadline: float,
+                    setup_a: Callable[[], None], setup_b: Callable[[], None]) -> float | None:
+    """``sum(count x time at A) / sum(count x time at B)`` over ``(count, fn)``, interleaved, each
+    within an equal slice of what is left before ``deadline``; None when none fits."""
+    cpu = torch.device("cpu")
+    many = few = 0.0
+    for i, (count, fn) in enumerate(work):
+        slice_end = time.perf_counter() + max(0.0, deadline - time.perf_counter()) / (len(work) - i)
+        result = _interleaved_ratio((1,), lambda _size, fn=fn: (fn, fn), cpu, slice_end,
+                                    setup_a=setup_a, setup_b=setup_b)
+        if result is not None:
+            many += count * result.a_s
+            few += count * result.b_s
+    return many / few if many > 0 and few > 0 else None
+
+
 def _threads_probe(torch_threads: int, cores: int, gen: torch.Generator, deadline: float,
                    shapes: list[list[int]] | None = None) -> ThreadsResult | None:
     """The same work at ``torch_threads`` over at ``cores`` threads: the step's GEMMs, and the
-    elementwise ops on their outputs.
+    elementwise ops on their outputs (half the budget each).
 
-    With the step's own GEMM shapes each is timed both ways (interleaved, a slice of the budget
-    each), and so is an activation and residual add over its output, the times combined by each
-    shape's count per step: a GEMM hides the threads' wake-ups and barrier behind its arithmetic,
-    a memory-bound op on the same output does not. Without them (or when none fits) one square GEMM
-    and one layer-sized activation stand in ("generic").
+    With the step's own GEMM shapes, an activation and residual add over each one's output is
+    timed both ways (interleaved), combined by each shape's count per step, and so are the GEMMs
+    themselves when all are small enough to fit (:data:`OWN_SHAPE_MAX_FLOPS`; larger ones are
+    compute-bound like the square probe, which then stands in). A GEMM hides the threads' wake-ups
+    and barrier behind its arithmetic, a memory-bound op on the same output does not. Without
+    shapes one square GEMM and one layer-sized activation stand in ("generic").
     """
     cpu = torch.device("cpu")
     setup_a = lambda: torch.set_num_threads(torch_threads)  # noqa: E731
     setup_b = lambda: torch.set_num_threads(cores)  # noqa: E731
     usable = [d for d in (shapes or []) if len(d) >= 5 and d[4] > 0 and _prod_elems(d) <= MAX_PROBE_ELEMENTS]
-    times = {"gemm": [0.0, 0.0], "elementwise": [0.0, 0.0]}
-    for i, dims in enumerate(usable):
-        slice_s = max(0.0, deadline - time.perf_counter()) / (len(usable) - i) / 2
-        b, m, n, k, step_flops = (int(v) for v in dims[:5])
-        count = step_flops / (2.0 * b * m * n * k)
-        for kind, fn in (("gemm", _gemm(dims, torch.float32, cpu, gen)), ("elementwise", _elementwise(b * m * n, gen))):
-            result = _interleaved_ratio((1,), lambda _size, fn=fn: (fn, fn), cpu, time.perf_counter() + slice_s,
-                                        setup_a=setup_a, setup_b=setup_b)
-            if result is not None:
-                times[kind][0] += count * result.a_s
-                times[kind][1] += count * result.b_s
-
-    def ratio(kind: str) -> float | None:
-        many, few = times[kind]
-        return many / few if many > 0 and few > 0 else None
-
-    if ratio("gemm") is not None:
-        return ThreadsResult(ratio("gemm"), ratio("elementwise"), "own_shapes")
+    counts = [d[4] / (2.0 * max(1, d[0]) * max(1, d[1]) * max(1, d[2]) * max(1, d[3])) for d in usable]
     half = time.perf_counter() + max(0.0, deadline - time.perf_counter()) / 2
+    gemm_ratio: float | None = None
+    own_gemms = bool(usable) and all(2.0 * d[0] * d[1] * d[2] * d[3] <= OWN_SHAPE_MAX_FLOPS for d in usable)
+    if own_gemms:
+        gemm_ratio = _weighted_ratio([(c, _gemm(d, torch.float32, cpu, gen)) for c, d in zip(counts, usable)],
+                                     half, setup_a, setup_b)
+    if gemm_ratio is None:
+        def make(size: int) -> Pair:
+            mm = _matmul(size, torch.float32, cpu, gen)
+            return mm, mm
 
-    def make(size: int) -> Pair:
-        mm = _matmul(size, torch.float32, cpu, gen)
-        return mm, mm
-
-    gemm = _interleaved_ratio(CPU_MATMUL_SIZES, make, cpu, half, setup_a=setup_a, setup_b=setup_b)
-    if gemm is None:
+        square = _interleaved_ratio(CPU_MATMUL_SIZES, make, cpu, half, setup_a=setup_a, setup_b=setup_b)
+        gemm_ratio = square.ratio if square is not None else None
+        own_gemms = False
+    if gemm_ratio is None:
         return None
-    act = _elementwise(GENERIC_ACTIVATION_ELEMENTS, gen)
-    elem = _interleaved_ratio((1,), lambda _size: (act, act), cpu, deadline, setup_a=setup_a, setup_b=setup_b)
-    return ThreadsResult(gemm.ratio, elem.ratio if elem is not None else None, "generic")
+    outputs = [(c, _elementwise(d[0] * d[1] * d[2], gen)) for c, d in zip(counts, usable)] or \
+        [(1.0, _elementwise(GENERIC_ACTIVATION_ELEMENTS, gen))]
+    elementwise = _weighted_ratio(outputs, deadline, setup_a, setup_b)
+    source = "own_shapes" if own_gemms else ("own_outputs" if usable else "generic")
+    return ThreadsResult(gemm_ratio, elementwise, source)
 
 
 class _Spinner:
@@ -503,7 +529,10 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                 if name not in planned:
                     continue
                 spent_share += _SHARES[name] / total_share
-                deadline = start + budget_s * spent_share
+                # Each probe keeps its own slice even when one before it overran (a first call of a
+                # large GEMM cannot be cut short): later probes are not starved into no answer.
+                deadline = max(start + budget_s * spent_share,
+                               time.perf_counter() + budget_s * _SHARES[name] / total_share)
                 own = _own_shapes_probe(gemm_shapes, device, gen, deadline) if name == "bf16" and gemm_shapes else None
                 if own is not None:
                     out.bf16_speedup = own.ratio
@@ -512,8 +541,13 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                     out.bf16_probe_disturbed = own.disturbed
                     out.fp32_matmul_flops_per_s = own.fp32_flops_per_s
                 elif name == "fp32":
-                    rate = _own_shapes_probe(gemm_shapes or [], device, gen, deadline, low=torch.float32)
+                    half = time.perf_counter() + max(0.0, deadline - time.perf_counter()) / 2
+                    rate = _own_shapes_probe(gemm_shapes or [], device, gen, half, low=torch.float32)
                     out.fp32_matmul_flops_per_s = rate.fp32_flops_per_s if rate is not None else None
+                    if rate is None:
+                        # The step's shapes did not fit the budget (they are large, so compute-bound
+                        # like a square GEMM): the square GEMM's rate stands in.
+                        out.fp32_matmul_flops_per_s = _square_fp32_rate(device, gen, deadline)
                 elif name == "bf16":
                     bf16 = _bf16_probe(device, gen, deadline)
                     if bf16 is not None:
