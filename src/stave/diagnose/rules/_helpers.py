@@ -147,12 +147,13 @@ def micro_batches(record: RunRecord) -> int:
 def loop_over_batch(inp: DoctorInput) -> bool:
     """True when the ops issued between the phases come from a loop over the batch's elements.
 
-    Their count must be beyond fixed bookkeeping (:data:`BOOKKEEPING_OPS_MAX`) and at least one per
-    sample of the (micro-)batch; where the stack samples can say (:data:`MIN_STACK_SAMPLES`), most
+    Their count per micro-batch must be beyond fixed bookkeeping (:data:`BOOKKEEPING_OPS_MAX`) and at
+    least one per sample of the (micro-)batch; where the stack samples can say (:data:`MIN_STACK_SAMPLES`), most
     of that time must also sit on lines inside a per-element loop of the user's code.
     """
     record = inp.record
-    ops = (record.config.aten_ops_by_phase or {}).get("other", 0)
+    # Under gradient accumulation the loss and its bookkeeping run once per micro-batch.
+    ops = (record.config.aten_ops_by_phase or {}).get("other", 0) / micro_batches(record)
     micro = max(1, round(inp.summary.samples_per_step / micro_batches(record)))
     if ops < max(micro, BOOKKEEPING_OPS_MAX):
         return False

@@ -368,10 +368,12 @@ def small_batch(inp: DoctorInput) -> Finding | None:
     # The parts are shares of the median step; the model's phases are means (throughput), which
     # also hold the few slow steps (collection pauses, stalls). The same shares hold there: scale
     # to the mean, or the slow steps' excess would all be taken as per-sample work.
-    fixed_compute *= max(1.0, summary.step_time_mean_s / t)
+    to_mean = max(1.0, summary.step_time_mean_s / t)
+    fixed_compute *= to_mean
     before = model.changed(fixed_s=max(0.0, fixed_compute), load_cpu_s=model.load_cpu_s - moved,
                            load_extra_s=model.load_extra_s + moved)
-    growth, est = _target_growth(before, parts, limit, accum, summary.step_time_mean_s)
+    growth, est = _target_growth(before, {k: v * to_mean for k, v in parts.items()}, limit, accum,
+                                 summary.step_time_mean_s)
     if growth < 2 or est < REPORT_MIN_SPEEDUP:
         return None
     loader = main_loader(record)
