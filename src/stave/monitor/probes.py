@@ -58,9 +58,11 @@ MIN_PAIRS = 3
 MAX_REPS = 50
 # Library start-up excused from a probe's budget at most (see _interleaved_ratio).
 MAX_STARTUP_S = 2.0
-# Budget shares of the three probes (renormalized over those that run). The thread probe switches
-# thread pools, whose first calls after a switch are slow, so it gets as much as the bf16 probe.
-_SHARES = {"bf16": 0.45, "fp32": 0.45, "batch_scale": 0.3, "threads": 0.4, "neighbour": 0.3, "overhead": 0.15}
+# Budget shares of the probes (renormalized over those that run). The thread probe, which only runs
+# when the pool exceeds the cores, switches thread pools (the first calls after a switch are slow),
+# times each of the step's GEMM shapes and their outputs at two thread counts, and one call of an
+# oversubscribed pool takes several times its normal time: it gets the largest share.
+_SHARES = {"bf16": 0.45, "fp32": 0.45, "batch_scale": 0.3, "threads": 1.2, "neighbour": 0.3, "overhead": 0.15}
 # The batch-scaling probe times each of the step's GEMM shapes at its batch rows and at this many
 # times them: wide enough apart that the line through the two times separates the per-call cost
 # from the per-row cost, while the larger operand stays a training-sized GEMM. 8x is also a
@@ -556,7 +558,11 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                         out.fp32_matmul_flops_per_s = 2 * bf16.size**3 / bf16.a_s
                         out.bf16_probe_disturbed = bf16.spread > PROBE_SPREAD_MAX
                 elif name == "batch_scale":
+                    # At no more threads than cores: the per-call cost an oversized pool adds is
+                    # THREAD_OVERSUBSCRIPTION's (one cause, one finding), not the batch's.
+                    torch.set_num_threads(max(1, min(torch_threads, cores)))
                     scale = _batch_scale_probe(gemm_shapes or [], batch_rows or set(), device, gen, deadline)
+                    torch.set_num_threads(saved_threads)
                     if scale is not None:
                         out.gemm_fixed_share = scale.fixed_share
                         out.gemm_scale_probe = [BATCH_SCALE_GROWTH, scale.shapes]

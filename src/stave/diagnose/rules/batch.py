@@ -10,11 +10,14 @@ batch spreads them over more samples. Never inferred from the batch size alone.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
+from stave.analyze.breakdown import summarize_steps
+from stave.analyze.outliers import find_outliers
 from stave.analyze.pipeline import main_loader, summarize_pipeline
 from stave.analyze.step_inputs import PIN_COPY_BYTES_PER_S, step_inputs
-from stave.analyze.step_model import StepInputs, estimate, phase_s
+from stave.analyze.step_model import StepInputs, estimate, phase_s, step_time
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
@@ -341,9 +344,21 @@ def _target_growth(before: StepInputs, parts: dict[str, float], limit: int, accu
     return growth, est
 
 
+def _typical(inp: DoctorInput) -> DoctorInput:
+    """The run without its stalled steps (STEP_OUTLIERS's finding): a checkpoint written every N
+    steps is not a cost of the step a larger batch spreads, and its seconds would otherwise be read
+    as per-step (or per-sample) work of every step."""
+    slow = set(find_outliers(inp.record.steps).indices)
+    if not slow:
+        return inp
+    steps = [s for s in inp.record.steps if s.index not in slow]
+    return DoctorInput(dataclasses.replace(inp.record, steps=steps), summarize_steps(steps))
+
+
 @rule("SMALL_BATCH", kind="doctor")
 def small_batch(inp: DoctorInput) -> Finding | None:
     """A large share of the step is fixed per-step cost that a bigger batch would amortize."""
+    inp = _typical(inp)
     record, summary = inp.record, inp.summary
     t = summary.step_time_median_s
     if summary.steps == 0 or t <= 0 or summary.samples_per_step <= 0:
@@ -372,8 +387,13 @@ def small_batch(inp: DoctorInput) -> Finding | None:
     fixed_compute *= to_mean
     before = model.changed(fixed_s=max(0.0, fixed_compute), load_cpu_s=model.load_cpu_s - moved,
                            load_extra_s=model.load_extra_s + moved)
-    growth, est = _target_growth(before, {k: v * to_mean for k, v in parts.items()}, limit, accum,
-                                 summary.step_time_mean_s)
+    measured_s = summary.step_time_mean_s
+    if not model.gpu and model.compute_threads > model.cores:
+        # A pool larger than the cores inflates every op (THREAD_OVERSUBSCRIPTION's finding, one
+        # cause, one finding): the batch is priced on the step with the pool fitted to the cores.
+        before = before.changed(compute_threads=model.cores)
+        measured_s = step_time(before).step_s
+    growth, est = _target_growth(before, {k: v * to_mean for k, v in parts.items()}, limit, accum, measured_s)
     if growth < 2 or est < REPORT_MIN_SPEEDUP:
         return None
     loader = main_loader(record)
