@@ -1,7 +1,7 @@
 """Planted control: DDP ranks each reading their own shard files (expect no finding about the job; torchrun).
 
 The dataset is pre-sharded: rank r opens ``shard-r.npy`` only, shuffles it with the same seed as
-every other rank (so the local indices overlap completely) and trains. The samples differ, since
+every other rank (so the local indices overlap completely) and trains, fetching whole batches. The samples differ, since
 the files differ: this is correct use, and NO_DISTRIBUTED_SAMPLER must not be said.
 ``--fixed`` changes nothing.
 """
@@ -19,7 +19,7 @@ import torch.distributed as dist
 from _timing import StepTimer, planted_args
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
 
 def rank_shard(rank: int, rows: int) -> str:
@@ -34,12 +34,16 @@ def rank_shard(rank: int, rows: int) -> str:
 
 
 def main() -> None:
-    args = planted_args(__doc__.splitlines()[0], batch_size=64, hidden=512)
+    args = planted_args(__doc__.splitlines()[0], batch_size=256, hidden=512)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     table = torch.from_numpy(np.load(rank_shard(rank, 4096)))
     data = TensorDataset(table[:, :256], (table[:, 256].abs() * 10).long().clamp(max=9))
-    loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, generator=torch.Generator().manual_seed(0))
+    # Whole batches per index (TensorDataset takes a list): the step is healthy apart from the
+    # sampling question this control is about.
+    sampler = BatchSampler(RandomSampler(data, generator=torch.Generator().manual_seed(0)), args.batch_size,
+                           drop_last=False)
+    loader = DataLoader(data, batch_size=None, sampler=sampler)
     torch.manual_seed(0)
     model = DDP(nn.Sequential(nn.Linear(256, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 10)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)

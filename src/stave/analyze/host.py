@@ -26,7 +26,9 @@ class HostSummary:
 
     CPU percentages of processes are "percent of one core"; machine-wide ones are 0-100 over all
     cores; PSI values are the kernel's "some" share in percent. ``other_processes_cores``: cores
-    kept busy by processes outside the job (machine busy minus the job's own process tree).
+    kept busy by processes outside this process's tree (machine busy minus the trainer, its workers
+    and children); ``job_ranks_cores``: of those, the same job's other ranks on this node and their
+    launcher (a multi-process run; ``None`` otherwise).
     """
 
     samples: int = 0
@@ -49,6 +51,7 @@ class HostSummary:
     gpu_util_pct: float | None = None
     disk_read_total_bytes: float | None = None
     other_processes_cores: float | None = None
+    job_ranks_cores: float | None = None
 
 
 def samples_in_counted_steps(record: RunRecord) -> list[HostSample]:
@@ -119,6 +122,8 @@ def summarize_host(record: RunRecord) -> HostSummary:
         out.other_processes_cores = _median_or_none(
             [v for v in (_other_cores(s, cores) for s in samples) if v is not None]
         )
+    ranks = present(samples, lambda s: s.cpu_job_ranks_pct)
+    out.job_ranks_cores = median(ranks) / 100.0 if ranks else None
     return out
 
 

@@ -30,7 +30,9 @@ class MachineLoad:
     """The CPU budget of the run: who held the usable cores (cores' worth of CPU, medians).
 
     ``main_cores``: the trainer process (its threads, the pin thread); ``workers_cores``: loader
-    workers; ``other_cores``: processes outside the job on the cores it may use; ``cores``: usable.
+    workers; ``other_cores``: processes outside this process's tree on the cores it may use (they
+    compete with it), of which ``job_ranks_cores`` are the same job's other ranks on this node (not
+    another job: MACHINE_BUSY leaves them out); ``cores``: usable.
     ``compute_threads_busy``: the trainer's threads running during compute (measured CPU over the
     compute time), ``None`` when the CPU counters are absent.
     """
@@ -43,6 +45,14 @@ class MachineLoad:
     other_cores: float | None
     machine_busy_share: float | None
     compute_threads_busy: float | None
+    job_ranks_cores: float | None = None
+
+    @property
+    def outside_job_cores(self) -> float | None:
+        """Cores held by processes that are not this job's (``other_cores`` less its other ranks)."""
+        if self.other_cores is None:
+            return None
+        return max(0.0, self.other_cores - (self.job_ranks_cores or 0.0))
 
     @property
     def saturated(self) -> bool:
@@ -82,7 +92,8 @@ def machine_load(record: RunRecord, summary: StepSummary, host: HostSummary | No
         threads_busy = max(0.0, main * step - load_main) / compute
         if record.config.torch_threads:
             threads_busy = min(threads_busy, float(record.config.torch_threads))
-    return MachineLoad(cores, total, record.config.torch_threads, main, workers, other, busy_share, threads_busy)
+    return MachineLoad(cores, total, record.config.torch_threads, main, workers, other, busy_share, threads_busy,
+                       host.job_ranks_cores)
 
 
 def fixed_and_serial_s(record: RunRecord, summary: StepSummary) -> tuple[float, float]:

@@ -273,6 +273,8 @@ class DoctorSession:
             host_interval_s=self.options.host_interval_s,
             stack_interval_s=self.options.stack_interval_s,
             stacks=self.options.stacks,
+            # A rank of a multi-process run: its launcher's other children are the job's other ranks.
+            job_root_pid=os.getppid() if self.run.world_size > 1 else None,
         )
         self.monitor.start()
         if self.options.record_path:

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 
 from torch.utils.data import dataloader as dl
 
+from stave.dist.sample_digest import dataset_digests
 from stave.measure.config import LoaderInfo
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,9 @@ class IndexRecorder:
                 return inner
             if info.epoch_samples is None:
                 info.epoch_samples = epoch_samples(loader)
+            if not info.first_indices and not info.sample_digests and not info.dataset_paths:
+                # No files tell the ranks' data apart: fingerprint the samples themselves.
+                info.sample_digests = dataset_digests(loader.dataset)
             return _Recording(inner, info.first_indices)
 
         dl.DataLoader._index_sampler = property(index_sampler)  # type: ignore[method-assign]

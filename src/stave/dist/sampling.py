@@ -22,6 +22,9 @@ from typing import Sequence
 from stave.measure.config import LoaderInfo
 from stave.measure.record import RunRecord
 
+# A sample component whose two reads differed (drawn at random): stave.dist.sample_digest writes it.
+RANDOM_COMPONENT = "~"
+
 
 @dataclass
 class LoaderOverlap:
@@ -97,3 +100,33 @@ def sample_overlaps(records: Sequence[RunRecord]) -> list[LoaderOverlap]:
     return sorted(out, key=lambda o: -o.batches)
 
 
+
+
+def content_match(records: Sequence[RunRecord], loader_id: int) -> bool | None:
+    """Do the ranks hold the same samples at the same indices? From ``LoaderInfo.sample_digests``.
+
+    Compares each component that is deterministic (the same on both reads of a rank) and varies
+    across the digested indices (a constant field, a mask of ones, says nothing): ``True`` when every
+    such component is equal on every rank at every digested index (the same data, any random
+    augmentation aside), ``False`` when one differs (each rank holds its own data, e.g. its own
+    shard), ``None`` when fewer than two ranks digested this loader or nothing informative is left.
+    """
+    digests = [info.sample_digests for r in records
+               if (info := _loader(r, loader_id)) is not None and info.sample_digests]
+    if len(digests) < 2:
+        return None
+    n = min(len(d) for d in digests)
+    width = {len(row) for d in digests for row in d[:n]}
+    if n < 2 or len(width) != 1:
+        return None  # too few indices, or samples of different structure: not comparable component-wise
+    informative = False
+    for j in range(width.pop()):
+        columns = [[row[j] for row in d[:n]] for d in digests]
+        if any(RANDOM_COMPONENT in col for col in columns):
+            continue  # drawn at random on some rank: no evidence either way
+        if len(set(columns[0])) < 2 and all(col == columns[0] for col in columns):
+            continue  # the same constant on every rank
+        informative = True
+        if any(col != columns[0] for col in columns[1:]):
+            return False
+    return True if informative else None

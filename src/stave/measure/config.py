@@ -48,6 +48,9 @@ class LoaderInfo:
     first_indices: list[int] = field(default_factory=list)
     # Samples this rank's sampler yields per epoch (its len()), when it says; distributed runs only.
     epoch_samples: int | None = None
+    # Digests of dataset[0..16), component by component ("~": drawn at random), for an in-memory
+    # dataset in a distributed run: do the ranks hold the same data? (stave.dist.sample_digest)
+    sample_digests: list[list[str]] = field(default_factory=list)
 
 
 def training_loader(loaders: "list[LoaderInfo]") -> LoaderInfo | None:

@@ -18,6 +18,9 @@ class HostSample:
     cpu_workers_pct: float | None = None
     # Other descendants of the main process (not DataLoader workers): compile workers, subprocesses.
     cpu_children_pct: float | None = None
+    # The same job's other processes on this node, outside this process's tree: the other local
+    # ranks of a multi-process run and their launcher (torchrun's agent). Not "other processes".
+    cpu_job_ranks_pct: float | None = None
     workers_alive: int | None = None
     main_threads: int | None = None
     cpu_system_pct: float | None = None

@@ -57,8 +57,13 @@ class HostCollector:
         worker_pids: Callable[[], list[int]],
         device: torch.device | str = "cpu",
         clock: Callable[[], float] = time.perf_counter,
+        job_root_pid: int | None = None,
     ) -> None:
         self._source = source
+        # A rank of a multi-process run: the launcher whose descendants are the job's other ranks.
+        self._job_root_pid = job_root_pid
+        self._job_ranks: list[int] = []
+        self._job_ranks_seen: set[int] = set()  # an exited rank is not a reaped child of this process
         self._clock = clock
         self._main_pid = main_pid
         self._worker_pids = worker_pids
@@ -94,12 +99,18 @@ class HostCollector:
         now = self._clock()
         if now - self._children_scanned_s >= CHILDREN_REFRESH_S:
             self._children = self._source.descendants(self._main_pid)
+            if self._job_root_pid is not None:
+                own = {self._main_pid, *self._children}
+                tree = self._source.descendants(self._job_root_pid)
+                self._job_ranks = [self._job_root_pid] + [p for p in tree if p not in own and p != self._job_root_pid]
+                self._job_ranks_seen.update(self._job_ranks)
             self._children_scanned_s = now
         self._workers = [p for p in dict.fromkeys(self._worker_pids()) if p != self._main_pid]
         worker_set = set(self._workers)
         others = [p for p in self._children if p not in worker_set and p != self._main_pid]
         self._others = others
-        return [(self._main_pid, True)] + [(p, True) for p in self._workers] + [(p, False) for p in others]
+        return ([(self._main_pid, True)] + [(p, True) for p in self._workers] + [(p, False) for p in others]
+                + [(p, False) for p in self._job_ranks if p not in worker_set])
 
     def sample(self, t_ns: int, step: int) -> HostSample:
         """Read everything now and difference it against the previous reading."""
@@ -114,6 +125,8 @@ class HostCollector:
                 procs[pid] = counters
         if any(p not in procs for p in self._children):
             self._children = [p for p in self._children if p in procs]
+        if any(p not in procs for p in self._job_ranks):
+            self._job_ranks = [p for p in self._job_ranks if p in procs]
 
         out = HostSample(t_ns=t_ns, step=step)
         self._fill_processes(out, procs, dt_s)
@@ -166,7 +179,8 @@ class HostCollector:
         before, now = self._prev_procs.get(self._main_pid), procs.get(self._main_pid)
         if before is None or now is None or before.reaped_cpu_s is None or now.reaped_cpu_s is None:
             return 0.0, False
-        gone = [p for p in self._prev_procs if p not in procs and p != self._main_pid]
+        ranks = self._job_ranks_seen
+        gone = [p for p in self._prev_procs if p not in procs and p != self._main_pid and p not in ranks]
         counted_s = sum(self._prev_procs[p].cpu_s for p in gone)
         exited_s = max(0.0, now.reaped_cpu_s - before.reaped_cpu_s - counted_s)
         were_workers = any(p in self._prev_workers for p in gone) or set(self._workers) != self._prev_workers
@@ -180,6 +194,8 @@ class HostCollector:
         out.workers_alive = sum(1 for p in self._workers if p in procs)
         out.cpu_workers_pct = self._group_cpu_pct(self._workers, procs, dt_s)
         out.cpu_children_pct = self._group_cpu_pct(self._others, procs, dt_s)
+        if self._job_root_pid is not None:
+            out.cpu_job_ranks_pct = self._group_cpu_pct(self._job_ranks, procs, dt_s)
         exited_s, were_workers = self._exited_cpu_s(procs)
         if exited_s > 0 and dt_s > 0:
             # Non-persistent loader workers exit at every epoch's end: their last moments' CPU is
@@ -188,7 +204,7 @@ class HostCollector:
                 out.cpu_workers_pct = (out.cpu_workers_pct or 0.0) + 100.0 * exited_s / dt_s
             else:
                 out.cpu_children_pct = (out.cpu_children_pct or 0.0) + 100.0 * exited_s / dt_s
-        rss = [c.rss_bytes for c in procs.values() if c.rss_bytes is not None]
+        rss = [c.rss_bytes for p, c in procs.items() if c.rss_bytes is not None and p not in self._job_ranks_seen]
         # Forked workers share copy-on-write pages with the parent; RSS counts those in each
         # process, so the tree's sum is an upper bound on its memory (PSS would need smaps).
         out.rss_bytes = sum(rss) if rss and main is not None and main.rss_bytes is not None else None

@@ -66,6 +66,7 @@ class Monitor:
         stack_interval_s: float = 0.02,
         stacks: bool = True,
         proc_paths: ProcPaths | None = None,
+        job_root_pid: int | None = None,
     ) -> None:
         if not host_interval_s > 0 or not stack_interval_s > 0:
             raise ValueError(
@@ -78,6 +79,7 @@ class Monitor:
         self._host_interval_s = host_interval_s
         self._stacks_enabled = stacks
         self._proc_paths = proc_paths
+        self._job_root_pid = job_root_pid
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -99,6 +101,7 @@ class Monitor:
             main_pid=os.getpid(),
             worker_pids=self._worker_pids,
             device=self._device,
+            job_root_pid=self._job_root_pid,
         )
         self._thread = threading.Thread(target=self._run, name="stave-monitor", daemon=True)
         self._thread.start()

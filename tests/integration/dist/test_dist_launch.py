@@ -96,6 +96,14 @@ def test_inside_a_user_torchrun_rank0_merges_and_finds_the_missing_sampler(tmp_p
     found = findings(report)
     sampler = found["NO_DISTRIBUTED_SAMPLER"]
     assert sampler["est_speedup"] == pytest.approx(2.0) and sampler["evidence"]["shared_indices"] > 100
+    # In-memory data, built alike on both ranks: the sample digests prove the samples equal.
+    assert sampler["evidence"]["same_sample_digests"] is True and sampler["certain"] is True
+    # The other rank and torchrun's agent are the job, not a busy machine: measured apart, and
+    # MACHINE_BUSY (if another job really was running) counts only what is left.
+    rec = json.loads((run_dir / "rank-00000.json").read_text())
+    assert any((h.get("cpu_job_ranks_pct") or 0) > 10 for h in rec["host"])
+    if "MACHINE_BUSY" in found:
+        assert found["MACHINE_BUSY"]["evidence"]["job_ranks_cores"] > 0.1
     assert found["GRAD_ACCUM_NO_SYNC"]["evidence"]["syncs_per_step"] == 2
 
 

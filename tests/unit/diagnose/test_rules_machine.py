@@ -104,6 +104,19 @@ def test_machine_busy_silent_on_a_quiet_machine_and_with_others_on_cores_the_job
     assert run_rule("MACHINE_BUSY", rec) is None
 
 
+def test_the_jobs_other_ranks_on_the_node_are_not_a_busy_machine():
+    # A second rank of the same torchrun job holds 1.9 cores: the job, not another job.
+    rec = busy_record(other_cores=1.9)
+    rec.host = [dataclasses.replace(s, cpu_job_ranks_pct=190.0) for s in rec.host]
+    assert run_rule("MACHINE_BUSY", rec) is None
+    # Another job beside the two ranks is still said, with only its own cores counted.
+    rec = busy_record(other_cores=1.9)
+    rec.host = [dataclasses.replace(s, cpu_job_ranks_pct=100.0) for s in rec.host]
+    f = run_rule("MACHINE_BUSY", rec)
+    assert f is not None and 0.8 < f.evidence["other_processes_cores"] < 1.0
+    assert f.evidence["job_ranks_cores"] == 1.0
+
+
 def test_batch_dtype_float64_is_priced_in_the_loading_for_a_float32_model():
     # Workers normalize in float64 (Normalize is most of the loading) beside two compute threads.
     rec = contention_record(num_workers=2)

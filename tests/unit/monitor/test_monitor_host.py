@@ -329,3 +329,44 @@ def test_a_child_born_and_reaped_between_ticks_counts_whole() -> None:
     src.procs = {MAIN: ProcCounters(1.0, 1000, 3, 0.0, reaped_cpu_s=2.25)}
     s = c.sample(0, 0)
     assert s.cpu_children_pct == pytest.approx(50.0) and s.cpu_workers_pct is None
+
+
+class TreeSource(ScriptedSource):
+    """Descendants per pid: this rank's own children, and its launcher's children (the other ranks)."""
+
+    def __init__(self, tree: dict[int, list[int]]) -> None:
+        super().__init__()
+        self.tree = tree
+
+    def descendants(self, pid: int) -> list[int]:
+        return list(self.tree.get(pid, []))
+
+
+def test_other_local_ranks_are_the_job_not_other_processes() -> None:
+    agent, sibling, sibling_worker = 90, 200, 201
+    src, clock = TreeSource({agent: [MAIN, WORKER, sibling, sibling_worker], MAIN: [WORKER]}), Clock()
+    src.procs = {MAIN: _proc(1.0), WORKER: _proc(1.0), agent: _proc(0.1), sibling: _proc(1.0), sibling_worker: _proc(1.0)}
+    c = HostCollector(src, main_pid=MAIN, worker_pids=lambda: [WORKER], clock=clock, job_root_pid=agent)
+    c.baseline()
+    clock.t += 1.0
+    src.procs = {MAIN: _proc(1.5), WORKER: _proc(1.25), agent: _proc(0.11), sibling: _proc(1.5, rss=9000),
+                 sibling_worker: _proc(1.25, rss=9000)}
+    s = c.sample(0, 0)
+    assert s.cpu_main_pct == pytest.approx(50.0) and s.cpu_workers_pct == pytest.approx(25.0)
+    assert s.cpu_job_ranks_pct == pytest.approx(76.0)  # the other rank, its worker, the agent
+    assert s.cpu_children_pct is None
+    assert s.rss_bytes == 2000  # this rank's tree only
+    # The other rank exits: its CPU is not taken for this rank's reaped children.
+    clock.t += 1.0
+    src.procs = {MAIN: _proc(2.0), WORKER: _proc(1.5), agent: _proc(0.12)}
+    s = c.sample(0, 1)
+    assert s.cpu_job_ranks_pct == pytest.approx(1.0) and s.cpu_children_pct is None
+
+
+def test_a_single_process_run_has_no_job_ranks() -> None:
+    src, clock = ScriptedSource(), Clock()
+    src.procs = {MAIN: _proc(1.0)}
+    c = _collector(src, clock, [])
+    c.baseline()
+    clock.t += 0.1
+    assert c.sample(0, 0).cpu_job_ranks_pct is None

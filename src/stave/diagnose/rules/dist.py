@@ -17,7 +17,7 @@ from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, make_finding
 from stave.diagnose.shared_findings import COMM_EXPOSED, step_only_inputs
-from stave.dist.sampling import sample_overlaps
+from stave.dist.sampling import content_match, sample_overlaps
 from stave.measure.ranks import rank_status
 from stave.measure.record import RunRecord
 from stave.measure.steps import step_time_s
@@ -89,6 +89,10 @@ def no_distributed_sampler(records: list[RunRecord]) -> Finding | None:
         sources = _dataset_sources(records, ov.loader_id)
         if sources is None:
             continue  # the ranks read different files: per-rank shards, correct use
+        same_content = content_match(records, ov.loader_id)
+        if same_content is False:
+            continue  # different samples at the same indices: each rank holds its own shard
+        proven = bool(sources) or same_content is True
         excess = ov.shared_indices - ov.padding_allowance
         overlapping = excess >= MIN_SHARED_INDICES
         covers_many = ov.coverage is not None and ov.coverage >= UNSHARDED_COVERAGE
@@ -120,9 +124,10 @@ def no_distributed_sampler(records: list[RunRecord]) -> Finding | None:
                 "coverage_per_epoch": ov.coverage,
                 "world_size": world,
                 "same_dataset_files": sorted(sources)[:5],
-                # No files recorded (an in-memory dataset): the samples are equal only if each rank
-                # built the same data, which the records cannot prove.
-                "same_samples_proven": bool(sources),
+                # The same files, or the same sample digests at the same indices; without either
+                # (an in-memory dataset not digested) the records cannot prove the samples equal.
+                "same_samples_proven": proven,
+                "same_sample_digests": same_content,
             },
             """
 from torch.utils.data.distributed import DistributedSampler
@@ -140,7 +145,7 @@ for epoch in range(epochs):
             "epoch time over the sharded epoch time (the ranks' epoch sizes over len(dataset), or the "
             "duplication seen in the index streams).",
         )
-        return found if sources else dataclasses.replace(found, certain=False)
+        return found if proven else dataclasses.replace(found, certain=False)
     return None
 
 

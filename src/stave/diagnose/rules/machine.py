@@ -31,23 +31,26 @@ def machine_busy(inp: DoctorInput) -> Finding | None:
     if model is None:
         return None
     load = machine_load(record, summary)
-    if load.other_cores is None or load.other_cores < MACHINE_BUSY_MIN_CORES:
-        return None
-    est = estimate(model, model.changed(other_cores=0.0), summary.step_time_mean_s)
+    outside = load.outside_job_cores
+    if outside is None or outside < MACHINE_BUSY_MIN_CORES:
+        return None  # the job's own other ranks on this node are the job, not a busy machine
+    quiet = model.other_cores - outside if model.other_cores > outside else 0.0
+    est = estimate(model, model.changed(other_cores=quiet), summary.step_time_mean_s)
     return make_finding(
         "MACHINE_BUSY",
         est,
-        f"Other processes held {load.other_cores:.1f} of the job's {load.cores} usable cores while it ran; "
+        f"Other processes held {outside:.1f} of the job's {load.cores} usable cores while it ran; "
         "the timings below are less certain",
         {
-            "other_processes_cores": load.other_cores,
+            "other_processes_cores": outside,
+            "job_ranks_cores": load.job_ranks_cores,
             "cores_usable": load.cores,
             "cores_total": load.cores_total,
             "machine_busy_share": load.machine_busy_share,
             "job_main_cores": load.main_cores,
             "job_workers_cores": load.workers_cores,
             "min_other_cores": MACHINE_BUSY_MIN_CORES,
-            "model_inputs_changed": {"other_cores": [model.other_cores, 0.0]},
+            "model_inputs_changed": {"other_cores": [model.other_cores, quiet]},
         },
         "# Not a change to the job: run it where nothing else holds its cores, or give it its own:\n"
         "#   taskset -c <free cores> python train.py    (or a cgroup / container CPU limit for the other job)\n"
