@@ -173,8 +173,6 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
         batch_bytes = sum(t.nbytes for t in record.config.batch)
         batches_per_step = n / max(1, pipe.loader.batch_size or n or 1)
         transfer = batch_bytes * batches_per_step * record.probes.shm_collate_s_per_byte
-    # Main-process loading timed at several threads: what a one-thread worker would pay for it.
-    worker_factor = pipe.loader.one_thread_cpu_ratio if workers == 0 and pipe is not None else None
     inp = StepInputs(
         phases_s=phases,
         cores=float(load.cores),
@@ -191,7 +189,6 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
         oversubscription_penalty=oversubscription_penalty(record, summary, serial),
         contention_factor=contention_factor(record.probes.neighbour_stretch, *probe_threads_cores),
         transfer_cpu_s=transfer,
-        worker_cpu_factor=worker_factor or 1.0,
         samples_per_step=n,
         gpu=gpu,
         # NVML's utilization is the share of time a kernel ran: the device's busy time per step.

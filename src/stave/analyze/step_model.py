@@ -73,12 +73,6 @@ class StepInputs:
     ``transfer_cpu_s``: CPU-seconds per step a worker would spend collating the step's batches into
     shared memory, for a run that loaded in the main process (the shared-memory probe); the model
     adds it to the loading when a fix starts workers. A run with workers has it in ``load_cpu_s``.
-    ``worker_cpu_factor``: for a run that loaded in the main process with several intra-op threads,
-    a sample's CPU on one thread over the main thread's CPU for it (the one-thread probe,
-    stave.capture.sample_cost): torch ops in the transforms ran partly on the pool's other threads,
-    which the main thread's clock missed and its wall time showed as blocked. A worker runs one
-    thread, so when a fix starts workers their loading CPU is ``load_cpu_s`` times this, and the
-    same seconds leave ``load_blocked_s`` (they were work, not storage latency).
     """
 
     phases_s: dict[str, float]
@@ -100,7 +94,6 @@ class StepInputs:
     samples_per_step: float = 0.0
     contention_factor: float = 1.0
     transfer_cpu_s: float = 0.0
-    worker_cpu_factor: float = 1.0
     gpu: bool = False
     device_s: float | None = None
     # The compute stretch the phases were measured under; set by :func:`calibrated` so the model
@@ -235,11 +228,8 @@ def step_time(inp: StepInputs) -> StepTime:
     k = inp.batch_scale
     # Batches loaded in workers cross to the trainer through shared memory; the main process's
     # own loading never pays that (transfer_cpu_s is only set for such a run).
-    # The main thread's loading CPU becomes a one-thread worker's (worker_cpu_factor, 1 for a run
-    # that had workers): the pool's share, hidden in the blocked time, moves into the CPU.
-    pool_cpu = inp.load_cpu_s * (max(1.0, inp.worker_cpu_factor) - 1.0) if inp.workers > 0 else 0.0
-    load_cpu = (inp.load_cpu_s + pool_cpu + (inp.transfer_cpu_s if inp.workers > 0 else 0.0)) * k
-    blocked = max(0.0, inp.load_blocked_s - pool_cpu) * k
+    load_cpu = (inp.load_cpu_s + (inp.transfer_cpu_s if inp.workers > 0 else 0.0)) * k
+    blocked = inp.load_blocked_s * k
     pin = inp.pin_cpu_s * k
     if inp.workers <= 0:
         # Main-process loading: no overlap; the pin thread and other processes still want cores.

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from torch.utils.data import dataloader as dl
 
-from stave.capture import config_probe, loader_stats, sample_cost
+from stave.capture import config_probe, loader_stats
 from stave.capture.steps import StepTracker
 from stave.measure.config import LoaderInfo, TensorInfo
 
@@ -36,7 +36,6 @@ class LoaderHooks:
         self._seen_iterators: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._originals: dict[str, Any] = {}
         self._batch_seen = False
-        self._cost_probed: set[int] = set()
 
     def _info_for(self, loader: Any) -> LoaderInfo:
         key = id(loader)
@@ -49,14 +48,10 @@ class LoaderHooks:
         return self.loaders[loader._stave_loader_id]
 
     def _iter(self, loader: Any) -> Any:
-        info = self._info_for(loader)
-        if loader.num_workers == 0 and not info.iterable_dataset and info.loader_id not in self._cost_probed:
-            # Before the wait is timed: what a sample would cost a one-thread worker (sample_cost).
-            self._cost_probed.add(info.loader_id)
-            info.one_thread_cpu_ratio = sample_cost.one_thread_cpu_ratio(loader.dataset)
         owned = self.tracker.enter("data_wait")
         started_ns = time.perf_counter_ns()
         try:
+            info = self._info_for(loader)
             user_init = loader.worker_init_fn
             wrap = loader.num_workers > 0 and not isinstance(user_init, loader_stats.WorkerInit)
             if wrap:

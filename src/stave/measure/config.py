@@ -48,10 +48,6 @@ class LoaderInfo:
     first_indices: list[int] = field(default_factory=list)
     # Samples this rank's sampler yields per epoch (its len()), when it says; distributed runs only.
     epoch_samples: int | None = None
-    # Loading in the main process with several intra-op threads: the main thread's CPU per sample
-    # at one thread over that at the script's threads, what a one-thread worker pays
-    # (stave.capture.sample_cost); None when not measured.
-    one_thread_cpu_ratio: float | None = None
     # Digests of dataset[0..16), component by component ("~": drawn at random), for an in-memory
     # dataset in a distributed run: do the ranks hold the same data? (stave.dist.sample_digest)
     sample_digests: list[list[str]] = field(default_factory=list)

@@ -183,19 +183,6 @@ def test_batches_moved_into_workers_pay_their_shared_memory_transfer():
     assert estimate(shm, shm.changed(workers=1), 0.15) <= estimate(plain, plain.changed(workers=1), 0.15)
 
 
-def test_main_process_loading_on_the_pool_costs_one_thread_workers_its_whole_cpu():
-    # The main thread showed 0.03 s of loading CPU and 0.03 s "blocked" (waiting for the pool's
-    # threads doing the rest of the transforms' torch ops); a one-thread worker does all 0.06 s as
-    # CPU, which wants a core beside the two compute threads, where blocked time would not.
-    phases = {**COMPUTE, "data_wait": 0.06}
-    kw = {"workers": 0, "load_cpu_s": 0.03, "load_blocked_s": 0.03, "phases_s": phases}
-    plain, pool = model(**kw), model(**kw, worker_cpu_factor=2.0)
-    assert step_time(pool).step_s == pytest.approx(step_time(plain).step_s)  # the measured run is unchanged
-    two, two_plain = step_time(pool.changed(workers=2)), step_time(plain.changed(workers=2))
-    assert two.cores_wanted > two_plain.cores_wanted and two.stretch > two_plain.stretch
-    assert estimate(pool, pool.changed(workers=2), 0.16) < estimate(plain, plain.changed(workers=2), 0.16)
-
-
 def test_a_pool_larger_than_the_cores_is_not_stretched_twice():
     # 16 threads on 2 cores with a barrier factor of 3 measured beside one neighbour: the pool's own
     # over-commit (8x) is its threads' fair share, priced by the thread probe's penalty (2x here);

@@ -16,7 +16,7 @@ from stave.analyze.host import HostSummary, summarize_host
 from stave.analyze.loading import LoadingBound, loading_bound
 from stave.analyze.pipeline import StageCost
 from stave.analyze.step_inputs import step_inputs
-from stave.analyze.step_model import StepInputs, estimate
+from stave.analyze.step_model import estimate
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
@@ -212,19 +212,6 @@ def _batched_fetch_fix(loader: LoaderInfo) -> str:
     )
 
 
-def _workers_speedup(model: StepInputs, workers: int, step_s: float) -> float:
-    return float(estimate(model, model.changed(workers=workers, load_extra_s=0.0 if model.workers == 0
-                                               else model.load_extra_s), step_s))
-
-
-def _workers_pay(model: StepInputs, workers: int, step_s: float) -> bool:
-    """More workers are worth naming: the model prices them at a reportable gain, with this run's
-    load or, when other processes held cores, on the machine without them (as the rule reports)."""
-    if _workers_speedup(model, workers, step_s) >= REPORT_MIN_SPEEDUP:
-        return True
-    return model.other_cores > 0 and _workers_speedup(model.changed(other_cores=0.0), workers, step_s) >= REPORT_MIN_SPEEDUP
-
-
 @rule("DATA_CPU_BOUND", kind="doctor")
 def data_cpu_bound(inp: DoctorInput) -> Finding | None:
     """The step waits for data while the loading is CPU work (or queues for a busy machine's cores)."""
@@ -258,10 +245,9 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
         evidence["per_item_max_s"] = PER_ITEM_MAX_S
         fix = _batched_fetch_fix(pipe.loader)
         how = "with whole-batch indexing, if the loading then cost nothing (an upper bound)"
-    elif workers > lb.workers and (top is None or _workers_pay(model, workers, lb.step_s)):
+    elif workers > lb.workers:
         # Workers run alongside the compute threads: the model prices the cores they then share
-        # (no gain where the compute already keeps every core busy, or where the loading's torch
-        # ops ran on the intra-op pool and cost a one-thread worker more CPU than it showed).
+        # (no gain where the compute already keeps every core busy).
         after = model.changed(workers=workers, load_extra_s=0.0 if model.workers == 0 else model.load_extra_s)
         evidence["suggested_workers"] = workers
         fix = (
@@ -270,18 +256,10 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
         )
         how = f"with {workers} workers"
     elif top is not None:
-        # No core left for another worker, or workers priced at no gain: only cheaper loading
-        # helps. The estimate is the upper bound of that, the top stage costing nothing.
+        # No core left for another worker: only cheaper loading helps. The estimate is the upper
+        # bound of that, the top stage costing nothing.
         after = model.changed(load_cpu_s=model.load_cpu_s * (1.0 - top.share))
         fix = stage_line
-        if workers > lb.workers:
-            priced = _workers_speedup(model, workers, lb.step_s)
-            evidence["workers_priced"] = {str(workers): priced}
-            pool = (f", and a worker runs the transforms' torch ops on one thread ({model.worker_cpu_factor:.1f}x "
-                    "the CPU the main thread showed)") if model.worker_cpu_factor > 1.05 else ""
-            fix = (f"# {workers} loader workers would not pay here (model: {priced:.2f}x): they would share the cores "
-                   f"the compute's threads use{pool}.\n{stage_line}")
-            evidence["worker_cpu_factor"] = model.worker_cpu_factor
         how = f"if {top.name} cost nothing (an upper bound)"
     else:
         return None
