@@ -247,9 +247,9 @@ def _fixed_costs_s(inp: DoctorInput, growth: int | None = None) -> tuple[float, 
 
 
 def _probed_share(record: RunRecord, growth: int | None) -> float | None:
-    """The probe's fixed share for ``growth``: the share from the line through that growth when it
-    was timed, interpolated in log2 of the growth between two timed ones, the nearest timed one's
-    outside them. ``None`` (or a record without per-growth shares): the probe's headline share."""
+    """The probe's fixed share for ``growth``: the line through the growth timed nearest below it
+    (piecewise linear in log2 of the growth between two timed ones; the smallest timed below it).
+    ``None`` (or a record without per-growth shares): the probe's headline share."""
     points = sorted((float(g), float(f)) for g, f in record.probes.gemm_fixed_share_by_growth)
     if growth is None or not points:
         return record.probes.gemm_fixed_share
