@@ -112,8 +112,6 @@ class ProbeResults:
     # ``gemm_scale_probe``: [growth, shapes with a batch dimension timed].
     gemm_fixed_share: float | None = None
     gemm_scale_probe: list[int] = field(default_factory=list)
-    # The same share from the line through 1x and each growth timed: [[growth, share], ...].
-    gemm_fixed_share_by_growth: list[list[float]] = field(default_factory=list)
 
 
 @dataclass

@@ -29,7 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -63,15 +63,11 @@ MAX_STARTUP_S = 2.0
 # times each of the step's GEMM shapes and their outputs at two thread counts, and one call of an
 # oversubscribed pool takes several times its normal time: it gets the largest share.
 _SHARES = {"bf16": 0.45, "fp32": 0.45, "batch_scale": 0.3, "threads": 1.2, "neighbour": 0.3, "overhead": 0.15}
-# The batch-scaling probe times each of the step's GEMM shapes at its batch rows and at these many
-# times them: wide enough apart that the line through two times separates the per-call cost from
-# the per-row cost, while the larger operand stays a training-sized GEMM. They are also the growths
-# SMALL_BATCH names (it doubles while a doubling gains 5 %, up to 32x): a small GEMM's time grows
-# less than linearly with its rows up to a few dozen (a vector register's and a cache line's worth
-# of rows cost about the same), so a line through 1x and 8x over-states the time at 32x; each
-# growth gets the line through its own measurement.
-BATCH_SCALE_GROWTHS = (8, 32)
-BATCH_SCALE_GROWTH = BATCH_SCALE_GROWTHS[0]
+# The batch-scaling probe times each of the step's GEMM shapes at its batch rows and at this many
+# times them: wide enough apart that the line through the two times separates the per-call cost
+# from the per-row cost, while the larger operand stays a training-sized GEMM. 8x is also a
+# typical growth SMALL_BATCH names (it doubles while a doubling gains 5 %, up to 32x).
+BATCH_SCALE_GROWTH = 8
 _SEED = 20240601
 # A shape's A/B pairs that differ by more than a quarter were disturbed: the same work timed back to
 # back varies by a few percent on a quiet core, so a larger spread means other load took the core.
@@ -264,12 +260,10 @@ def _own_shapes_probe(shapes: list[list[int]], device: torch.device, gen: torch.
 
 @dataclass(frozen=True)
 class BatchScaleResult:
-    """Share of the step's own GEMM time (count-weighted) that does not grow with the batch, at
-    :data:`BATCH_SCALE_GROWTH` (``fixed_share``) and at each growth timed (``by_growth``)."""
+    """Share of the step's own GEMM time (count-weighted) that does not grow with the batch."""
 
     fixed_share: float
     shapes: int
-    by_growth: dict[int, float] = field(default_factory=dict)
 
 
 def batch_dim(dims: list[int], batch_rows: set[int]) -> int | None:
@@ -297,67 +291,47 @@ def fixed_share_of_call(ratio_small_over_large: float, growth: int) -> float:
 
 def _batch_scale_probe(shapes: list[list[int]], batch_rows: set[int], device: torch.device,
                        gen: torch.Generator, deadline: float) -> BatchScaleResult | None:
-    """Time each of the step's own GEMM shapes (fp32) at its batch rows and at each of
-    :data:`BATCH_SCALE_GROWTHS` times them (interleaved pairs), and weight each shape's per-call share
-    by its time per step. Shapes without a batch dimension count as growing with the batch (the
-    conservative side: they lower the fixed share); a growth whose operands exceed the probe's size
-    cap, or whose pairs were disturbed, takes the share of the next smaller growth timed (the
-    steeper line: again the conservative side). A pair spreading beyond :data:`PROBE_SPREAD_MAX`
-    is timed again once, then left out."""
-    planned: list[tuple[list[int], dict[int, list[int]]]] = []
+    """Time each of the step's own GEMM shapes (fp32) at its batch rows and at
+    :data:`BATCH_SCALE_GROWTH` times them (interleaved), and weight each shape's per-call share by its
+    time per step. Shapes without a batch dimension count as growing with the batch (the
+    conservative side: they lower the fixed share). A shape whose pairs spread beyond
+    :data:`PROBE_SPREAD_MAX` twice is left out."""
+    planned: list[tuple[list[int], list[int] | None]] = []
     for dims in shapes:
         if len(dims) < 5 or dims[4] <= 0 or _prod_elems(dims) > MAX_PROBE_ELEMENTS:
             continue
         idx = batch_dim(dims, batch_rows)
-        bigs: dict[int, list[int]] = {}
+        big = None
         if idx is not None:
-            for growth in BATCH_SCALE_GROWTHS:
-                big = [int(v) for v in dims[:4]]
-                big[idx] *= growth
-                if _prod_elems(big) <= MAX_PROBE_ELEMENTS:
-                    bigs[growth] = big
-        planned.append((dims, bigs))
-    if not any(bigs for _, bigs in planned):
+            big = [int(v) for v in dims[:4]]
+            big[idx] *= BATCH_SCALE_GROWTH
+            if _prod_elems(big) > MAX_PROBE_ELEMENTS:
+                big = None
+        planned.append((dims, big))
+    if not any(big for _, big in planned):
         return None
-    fixed = {g: 0.0 for g in BATCH_SCALE_GROWTHS}
-    total = 0.0
+    fixed = total = 0.0
     timed = 0
-    for i, (dims, bigs) in enumerate(planned):
-        share_of_call: dict[int, float] = {}
-        per_step_s = None
-        for j, growth in enumerate(g for g in BATCH_SCALE_GROWTHS if g in bigs or g == BATCH_SCALE_GROWTH):
-            big = bigs.get(growth)
-            left = (len(planned) - i) * len(BATCH_SCALE_GROWTHS) - j
-            slice_s = max(0.0, deadline - time.perf_counter()) / max(1, left)
+    for i, (dims, big) in enumerate(planned):
+        slice_s = max(0.0, deadline - time.perf_counter()) / (len(planned) - i)
 
-            def make(_size: int, dims: list[int] = dims, big: list[int] | None = big) -> Pair:
-                return _gemm(dims, torch.float32, device, gen), _gemm(big or dims, torch.float32, device, gen)
+        def make(_size: int, dims: list[int] = dims, big: list[int] | None = big) -> Pair:
+            return _gemm(dims, torch.float32, device, gen), _gemm(big or dims, torch.float32, device, gen)
 
+        result = _interleaved_ratio((1,), make, device, time.perf_counter() + slice_s)
+        if result is not None and result.spread > PROBE_SPREAD_MAX:
             result = _interleaved_ratio((1,), make, device, time.perf_counter() + slice_s)
-            if result is not None and result.spread > PROBE_SPREAD_MAX:
-                result = _interleaved_ratio((1,), make, device, time.perf_counter() + slice_s)
-            if result is None or result.spread > PROBE_SPREAD_MAX:
-                continue
-            if per_step_s is None:
-                b, m, n, k, step_flops = (int(v) for v in dims[:5])
-                per_step_s = step_flops / (2.0 * b * m * n * k) * result.a_s
-            if big is not None:
-                share_of_call[growth] = fixed_share_of_call(result.ratio, growth)
-            if big is None:
-                break  # no batch dimension: one timing gives its time per step
-        if per_step_s is None:
+        if result is None or result.spread > PROBE_SPREAD_MAX:
             continue
+        b, m, n, k, step_flops = (int(v) for v in dims[:5])
+        per_step_s = step_flops / (2.0 * b * m * n * k) * result.a_s
         total += per_step_s
-        if share_of_call:
+        if big is not None:
+            fixed += per_step_s * fixed_share_of_call(result.ratio, BATCH_SCALE_GROWTH)
             timed += 1
-            last = 0.0
-            for growth in BATCH_SCALE_GROWTHS:
-                last = share_of_call.get(growth, last)
-                fixed[growth] += per_step_s * last
     if total <= 0 or not timed:
         return None
-    by_growth = {g: f / total for g, f in fixed.items()}
-    return BatchScaleResult(fixed_share=by_growth[BATCH_SCALE_GROWTH], shapes=timed, by_growth=by_growth)
+    return BatchScaleResult(fixed_share=fixed / total, shapes=timed)
 
 
 def _prod_elems(dims: list[int]) -> int:
@@ -592,7 +566,6 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                     if scale is not None:
                         out.gemm_fixed_share = scale.fixed_share
                         out.gemm_scale_probe = [BATCH_SCALE_GROWTH, scale.shapes]
-                        out.gemm_fixed_share_by_growth = [[float(g), f] for g, f in sorted(scale.by_growth.items())]
                 elif name == "threads":
                     threads = _threads_probe(torch_threads, cores, cpu_gen, deadline,
                                              gemm_shapes if device.type == "cpu" else None)

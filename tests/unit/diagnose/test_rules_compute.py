@@ -296,29 +296,6 @@ def test_small_batch_counts_the_per_call_share_the_batch_scale_probe_measured():
     assert partial.evidence["dispatch_s"] == pytest.approx(0.9 * 3e-3, rel=0.01)
 
 
-def test_small_batch_prices_each_growth_with_the_probes_line_through_it():
-    # The probe's line through 8x leaves half the GEMMs' time per call; through 32x (small GEMMs grow
-    # less than linearly with their rows) 90%. A growth between takes a share between.
-    def rec_with(by_growth):
-        rec = healthy_record(steps=tiny_steps(), probes=probes(fp32_matmul_flops_per_s=1e9, gemm_fixed_share=0.5,
-                                                               gemm_fixed_share_by_growth=by_growth))
-        rec.config = dataclasses.replace(rec.config, flops_by_phase={"forward": 1e6, "backward": 2e6},
-                                         gemm_shapes=[[1, 2, 256, 256, 3_000_000]])
-        return rec
-
-    steep = rec_with([[8.0, 0.5], [32.0, 0.9]])
-    assert batch._probed_share(steep, 4) == 0.5 and batch._probed_share(steep, 64) == 0.9
-    assert batch._probed_share(steep, None) == 0.5
-    assert batch._probed_share(steep, 16) == pytest.approx(0.7)
-    flat = run_rule("SMALL_BATCH", rec_with([[8.0, 0.5], [32.0, 0.5]]))
-    grown = run_rule("SMALL_BATCH", steep)
-    assert flat is not None and grown is not None
-    assert grown.est_speedup > flat.est_speedup
-    assert grown.evidence["batch_growth"] >= flat.evidence["batch_growth"]
-    # The evidence reports the fixed parts at the growth named.
-    assert grown.evidence["dispatch_s"] > flat.evidence["dispatch_s"]
-
-
 def test_small_batch_op_bound_without_a_flop_rate_uses_the_floor():
     # No fp32 rate measured: the FLOPs are timed at MIN_FLOPS_PER_S, which overstates them.
     def rec_with(flops: float):

@@ -209,28 +209,10 @@ def test_batch_scale_probe_weights_the_steps_shapes(monkeypatch) -> None:
     gen = torch.Generator().manual_seed(0)
     shapes = [[1, 2, 16, 16, 2 * 2 * 16 * 16 * 3], [1, 16, 16, 16, 2 * 16 * 16 * 16 * 1]]
     out = probes._batch_scale_probe(shapes, {2}, torch.device("cpu"), gen, time.perf_counter() + 0.5)
-    # The batch-2 shape at each growth, then the shape without a batch dimension once.
-    assert seen == [*((2 * g, 16) for g in probes.BATCH_SCALE_GROWTHS), (16, 16)]
+    assert seen[0] == (2 * probes.BATCH_SCALE_GROWTH, 16) and seen[1] == (16, 16)
     # 3 calls of the per-call shape against 1 of the shape without a batch dimension (counted as growing).
     assert out is not None and out.shapes == 1 and out.fixed_share == pytest.approx(0.75)
-    assert out.by_growth == {g: pytest.approx(0.75) for g in probes.BATCH_SCALE_GROWTHS}
     assert probes._batch_scale_probe(shapes, {7}, torch.device("cpu"), gen, time.perf_counter() + 0.5) is None
-
-
-def test_each_growth_gets_the_line_through_its_own_time(monkeypatch) -> None:
-    # A small GEMM whose time is flat up to 16 rows and then grows: the line through 1x and 8x says
-    # all of it is per call; through 1x and 32x (64 rows: twice the time) 30/31 of it.
-    def fake(sizes, make, device, deadline, setup_a=None, setup_b=None):
-        small, large = make(1)
-        rows = large().shape[0]
-        return probes.RatioResult(ratio=1.0 if rows <= 16 else 0.5, size=1, a_s=1e-3, b_s=1e-3, spread=0.0)
-
-    monkeypatch.setattr(probes, "_interleaved_ratio", fake)
-    gen = torch.Generator().manual_seed(0)
-    out = probes._batch_scale_probe([[1, 2, 16, 16, 2 * 2 * 16 * 16]], {2}, torch.device("cpu"), gen,
-                                    time.perf_counter() + 0.5)
-    assert out is not None and out.fixed_share == pytest.approx(1.0)
-    assert out.by_growth[32] == pytest.approx(30 / 31)
 
 
 def test_run_probes_measures_the_fixed_share_of_the_steps_gemms() -> None:
@@ -239,7 +221,6 @@ def test_run_probes_measures_the_fixed_share_of_the_steps_gemms() -> None:
     assert result.gemm_fixed_share is not None and 0.0 <= result.gemm_fixed_share <= 1.0
     # A shape whose pairs spread twice (a machine busy with other tests) is left out, never guessed.
     assert result.gemm_scale_probe[0] == probes.BATCH_SCALE_GROWTH and 1 <= result.gemm_scale_probe[1] <= 2
-    assert [g for g, _ in result.gemm_fixed_share_by_growth] == [float(g) for g in probes.BATCH_SCALE_GROWTHS]
     assert run_probes(torch.get_num_threads(), "cpu", budget_s=0.5, gemm_shapes=shapes).gemm_fixed_share is None
 
 

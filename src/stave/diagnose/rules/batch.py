@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable
 
 from stave.analyze.breakdown import summarize_steps
 from stave.analyze.outliers import find_outliers
@@ -24,7 +23,6 @@ from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
 from stave.diagnose.rules._helpers import (REPORT_MIN_SPEEDUP, dataloader_call, is_gpu, loop_over_batch, make_finding,
                                            micro_batches, saving_speedup)
-from stave.measure.record import RunRecord
 
 # fp64 math runs at most half the fp32 rate: a SIMD register holds half as many fp64 values, and
 # GPUs have 1/2 (datacenter) down to 1/64 (consumer) of their fp32 rate. 2x is the least it costs.
@@ -194,9 +192,8 @@ def _op_bound(inp: DoctorInput, compute_s: float, ops: int, overhead_ns: float) 
     return None
 
 
-def _fixed_costs_s(inp: DoctorInput, growth: int | None = None) -> tuple[float, dict[str, float]]:
-    """Seconds per median step that do not grow with the batch, by source, for a batch ``growth``
-    times larger (the batch-scaling probe's line through that growth; ``None``: its headline growth).
+def _fixed_costs_s(inp: DoctorInput) -> tuple[float, dict[str, float]]:
+    """Seconds per median step that do not grow with the batch, by source.
 
     With gradient accumulation all but the optimizer are paid per micro-batch (summed over them).
     """
@@ -224,7 +221,7 @@ def _fixed_costs_s(inp: DoctorInput, growth: int | None = None) -> tuple[float, 
                 # The loss and bookkeeping between the phases work on the outputs of a model whose own
                 # ops were just shown to be per-op overhead: no larger tensors, so no more work per sample.
                 parts["other_s"] = phase_s(summary, "other")
-        gemm_share = _gemm_fixed_share(inp, compute, growth)
+        gemm_share = _gemm_fixed_share(inp, compute)
         if gemm_share is not None:
             parts["dispatch_s"] = max(parts["dispatch_s"], gemm_share * compute * fixed_op_share)
             if not cfg.flops_by_phase.get("other", 0) and fixed_op_share == 1.0:
@@ -246,23 +243,7 @@ def _fixed_costs_s(inp: DoctorInput, growth: int | None = None) -> tuple[float, 
     return sum(parts.values()), parts
 
 
-def _probed_share(record: RunRecord, growth: int | None) -> float | None:
-    """The probe's fixed share for ``growth``: the line through the growth timed nearest below it
-    (piecewise linear in log2 of the growth between two timed ones; the smallest timed below it).
-    ``None`` (or a record without per-growth shares): the probe's headline share."""
-    points = sorted((float(g), float(f)) for g, f in record.probes.gemm_fixed_share_by_growth)
-    if growth is None or not points:
-        return record.probes.gemm_fixed_share
-    if growth <= points[0][0]:
-        return points[0][1]
-    for (g0, f0), (g1, f1) in zip(points, points[1:]):
-        if growth <= g1:
-            w = (math.log2(growth) - math.log2(g0)) / (math.log2(g1) - math.log2(g0))
-            return f0 + w * (f1 - f0)
-    return points[-1][1]
-
-
-def _gemm_fixed_share(inp: DoctorInput, compute_s: float, growth: int | None = None) -> float | None:
+def _gemm_fixed_share(inp: DoctorInput, compute_s: float) -> float | None:
     """The share of forward+backward that the batch-scaling probe shows does not grow with the batch.
 
     The probe timed the step's own GEMM shapes at the batch's rows and at several times them: the
@@ -274,7 +255,7 @@ def _gemm_fixed_share(inp: DoctorInput, compute_s: float, growth: int | None = N
     ``None`` without the probe.
     """
     record = inp.record
-    share = _probed_share(record, growth)
+    share = record.probes.gemm_fixed_share
     rate = record.probes.fp32_matmul_flops_per_s
     cfg = record.config
     if share is None or not rate or compute_s <= 0:
@@ -337,10 +318,9 @@ def _batch_fix(before: StepInputs, parts: dict[str, float], growth: int, accum: 
     return before.changed(phases_s=phases, load_extra_s=before.load_extra_s * keep)
 
 
-def _target_growth(priced: "Callable[[int], tuple[StepInputs, dict[str, float]]]", limit: int, accum: int,
+def _target_growth(before: StepInputs, parts: dict[str, float], limit: int, accum: int,
                    measured_s: float) -> tuple[int, float]:
-    """The batch growth the fix names and its estimate; ``priced(k)`` gives the inputs before the fix
-    and the fixed parts for a batch ``k`` times larger.
+    """The batch growth the fix names and its estimate.
 
     Under accumulation: the largest merge of micro-batches within ``limit`` that divides their
     count; the samples per step and the learning rate stay, so nothing argues for a smaller one
@@ -350,7 +330,6 @@ def _target_growth(priced: "Callable[[int], tuple[StepInputs, dict[str, float]]]
     is a learning-rate change to retune, worth making only for a gain one can see.
     """
     def price(k: int) -> float:
-        before, parts = priced(k)
         return estimate(before, _batch_fix(before, parts, k, accum), measured_s)
 
     if accum >= 2:
@@ -397,33 +376,24 @@ def small_batch(inp: DoctorInput) -> Finding | None:
     model = step_inputs(record, summary)
     if model is None:
         return None
+    # Main-process loading: the per-call part of collation moves from the per-sample loading to the
+    # per-batch overhead, so a larger batch pays it once.
+    moved = min(model.load_cpu_s, parts.get("collate_per_batch_s", 0.0)) if model.workers == 0 else 0.0
+    fixed_compute = fixed_s - parts.get("loader_overhead_s", 0.0) - parts.get("collate_per_batch_s", 0.0)
     # The parts are shares of the median step; the model's phases are means (throughput), which
     # also hold the few slow steps (collection pauses, stalls). The same shares hold there: scale
     # to the mean, or the slow steps' excess would all be taken as per-sample work.
     to_mean = max(1.0, summary.step_time_mean_s / t)
-    # A pool larger than the cores inflates every op (THREAD_OVERSUBSCRIPTION's finding, one cause,
-    # one finding): the batch is priced on the step with the pool fitted to the cores.
-    fit_pool = not model.gpu and model.compute_threads > model.cores
-
-    def priced(k: int) -> tuple[StepInputs, dict[str, float]]:
-        k_fixed_s, k_parts = _fixed_costs_s(inp, k)
-        # Main-process loading: the per-call part of collation moves from the per-sample loading
-        # to the per-batch overhead, so a larger batch pays it once.
-        moved = min(model.load_cpu_s, k_parts.get("collate_per_batch_s", 0.0)) if model.workers == 0 else 0.0
-        fixed_compute = k_fixed_s - k_parts.get("loader_overhead_s", 0.0) - k_parts.get("collate_per_batch_s", 0.0)
-        before = model.changed(fixed_s=max(0.0, fixed_compute * to_mean), load_cpu_s=model.load_cpu_s - moved,
-                               load_extra_s=model.load_extra_s + moved)
-        if fit_pool:
-            before = before.changed(compute_threads=model.cores)
-        return before, {name: v * to_mean for name, v in k_parts.items()}
-
-    # Fitting the pool changes the step the model starts from (its fixed parts do not matter there).
-    measured_s = step_time(priced(2)[0]).step_s if fit_pool else summary.step_time_mean_s
-    growth, est = _target_growth(priced, limit, accum, measured_s)
-    if growth >= 2:
-        # The evidence reports the fixed parts at the growth named.
-        fixed_s, parts = _fixed_costs_s(inp, growth)
-        share = min(1.0, fixed_s / t)
+    fixed_compute *= to_mean
+    before = model.changed(fixed_s=max(0.0, fixed_compute), load_cpu_s=model.load_cpu_s - moved,
+                           load_extra_s=model.load_extra_s + moved)
+    measured_s = summary.step_time_mean_s
+    if not model.gpu and model.compute_threads > model.cores:
+        # A pool larger than the cores inflates every op (THREAD_OVERSUBSCRIPTION's finding, one
+        # cause, one finding): the batch is priced on the step with the pool fitted to the cores.
+        before = before.changed(compute_threads=model.cores)
+        measured_s = step_time(before).step_s
+    growth, est = _target_growth(before, {k: v * to_mean for k, v in parts.items()}, limit, accum, measured_s)
     if growth < 2 or est < REPORT_MIN_SPEEDUP:
         return None
     loader = main_loader(record)
