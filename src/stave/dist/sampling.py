@@ -100,8 +100,6 @@ def sample_overlaps(records: Sequence[RunRecord]) -> list[LoaderOverlap]:
     return sorted(out, key=lambda o: -o.batches)
 
 
-
-
 def content_match(records: Sequence[RunRecord], loader_id: int) -> bool | None:
     """Do the ranks hold the same samples at the same indices? From ``LoaderInfo.sample_digests``.
 

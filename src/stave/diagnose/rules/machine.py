@@ -34,7 +34,7 @@ def machine_busy(inp: DoctorInput) -> Finding | None:
     outside = load.outside_job_cores
     if outside is None or outside < MACHINE_BUSY_MIN_CORES:
         return None  # the job's own other ranks on this node are the job, not a busy machine
-    quiet = model.other_cores - outside if model.other_cores > outside else 0.0
+    quiet = max(0.0, model.other_cores - outside)  # the job's own other ranks stay
     est = estimate(model, model.changed(other_cores=quiet), summary.step_time_mean_s)
     return make_finding(
         "MACHINE_BUSY",
