@@ -30,10 +30,6 @@ KNOWN_MISSES = {
                               "short runs, not in others), where the planted fix itself measured 0.64-0.70x",
     "python_metric_loop": "the per-element metric loop reads as DATA_CPU_BOUND (its Python runs in the "
                           "main process beside the loader)",
-    "optimizer_many_params": "SMALL_BATCH (about 1.6x) outranks OPTIMIZER_UNFUSED (1.43x; the hand fix "
-                             "measured 1.47x on a quiet machine): both are real at batch 256 on this "
-                             "48x64 MLP; leaving fusable optimizer time out of SMALL_BATCH's fixed share "
-                             "hid tiny_batch's real SMALL_BATCH, so it was reverted",
 }
 MIN_SCENARIOS = 40
 MIN_ROWS_PER_MECHANISM = 3

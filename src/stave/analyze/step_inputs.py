@@ -151,12 +151,14 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
     pipe = summarize_pipeline(record)
     gpu = record.config.device_type == "cuda"
     workers, load_cpu, blocked, extra, queue = 0, 0.0, 0.0, 0.0, 0.0
+    queue_measured = True
     pin = 0.0
     n = summary.samples_per_step
     if pipe is not None:
         workers = 0 if pipe.in_main_process else pipe.loader.num_workers
         load_cpu = pipe.cpu_s_per_sample * n
         delay = pipe.run_delay_s_per_sample or 0.0
+        queue_measured = pipe.run_delay_s_per_sample is not None
         blocked = max(0.0, pipe.wall_s_per_sample - pipe.cpu_s_per_sample - delay) * n
         queue = min(delay, max(0.0, pipe.wall_s_per_sample - pipe.cpu_s_per_sample)) / pipe.cpu_s_per_sample \
             if pipe.cpu_s_per_sample > 0 else 0.0
@@ -184,6 +186,7 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
         load_blocked_s=blocked,
         load_extra_s=extra,
         load_queue_per_cpu=queue,
+        load_queue_measured=queue_measured,
         pin_cpu_s=pin,
         other_cores=load.other_cores or 0.0,
         oversubscription_penalty=oversubscription_penalty(record, summary, serial),

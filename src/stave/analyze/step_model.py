@@ -102,6 +102,13 @@ class StepInputs:
 
     # The thread count the phases were measured with (set by :func:`calibrated`).
     threads_measured: float = 1.0
+    # The stretch the loader workers ran under in the measured run (set by :func:`calibrated`); it
+    # differs from ``stretch_measured`` only for a pool larger than the cores (see
+    # :func:`compute_cores_wanted`).
+    loader_stretch_measured: float = 1.0
+    # Whether ``load_queue_per_cpu`` was measured (the run_delay counter); without it the
+    # calibration splits the workers' measured wait off CPU between a wait for a core and blocking.
+    load_queue_measured: bool = True
 
     def changed(self, **changes: object) -> "StepInputs":
         """These inputs with a fix applied (a copy; the inputs are never mutated)."""
@@ -118,17 +125,41 @@ class StepTime:
     stretch: float
     cores_wanted: float
     bound: str
+    # The fair-share stretch the loader workers run under (the compute's ``stretch`` or less).
+    loader_stretch: float = 1.0
 
 
 def _threads_wanted(inp: StepInputs) -> float:
     return max(1.0, inp.compute_threads)
 
 
-def stretch_for(inp: StepInputs, loader_cores: float) -> float:
-    """Slowdown of every runnable thread from the CPU budget: wanted cores over usable cores, >= 1."""
+# libgomp (the OpenMP runtime of torch's Linux wheels) spins a waiting pool thread GOMP_SPINCOUNT
+# times (300,000 by default) before it sleeps, but only 1,000 times when the pool has more threads
+# than CPUs (its documented default). So a pool that fits the cores keeps its threads runnable
+# between parallel regions, the whole step in a busy loop (measured: the idle pool thread of a
+# 2-thread trainer at a full core while its main thread loaded samples), and a larger pool sleeps
+# outside the compute, its main thread the only one that wants a core then.
+
+
+def compute_cores_wanted(inp: StepInputs, compute_share: float = 1.0) -> float:
+    """Cores the trainer's compute threads want over a step whose compute takes ``compute_share`` of
+    it: the whole pool the whole step when it fits the cores (its threads spin between parallel
+    regions), else the pool during the compute and the main thread for the rest."""
+    threads = _threads_wanted(inp)
+    if threads <= inp.cores:
+        return threads
+    return 1.0 + (threads - 1.0) * min(1.0, max(0.0, compute_share))
+
+
+def stretch_for(inp: StepInputs, loader_cores: float, compute_share: float = 1.0) -> float:
+    """Slowdown of every runnable thread from the CPU budget: wanted cores over usable cores, >= 1.
+
+    ``compute_share`` 1 gives the stretch during the compute (every compute thread runnable); the
+    step's share of compute gives the stretch a thread that runs the whole step sees on average.
+    """
     if inp.gpu:
         return 1.0
-    wanted = _threads_wanted(inp) + loader_cores + inp.other_cores
+    wanted = compute_cores_wanted(inp, compute_share) + loader_cores + inp.other_cores
     return max(1.0, wanted / max(inp.cores, 1e-9))
 
 
@@ -215,12 +246,14 @@ def _loading_s(inp: StepInputs, load_cpu_s: float, stretch: float | None) -> flo
     In the main thread (``stretch`` None) the loading runs while the compute threads wait, so it
     keeps its measured wait per CPU-second. In workers it runs beside the compute: the measured
     wall per CPU-second (the run_delay counter, or the fair-share stretch where that is larger or
-    hidden) scales with the stretch the fix leads to.
+    hidden) scales with the loader stretch the fix leads to.
     """
     measured_per_cpu = 1.0 + inp.load_queue_per_cpu
     if stretch is None:
         return load_cpu_s * measured_per_cpu
-    return load_cpu_s * max(measured_per_cpu, inp.stretch_measured) * stretch / max(inp.stretch_measured, 1e-9)
+    # The measured wait is what the workers saw at the measured stretch; it scales with the stretch
+    # a fix leads to, and a worker never runs faster than its CPU.
+    return load_cpu_s * max(1.0, measured_per_cpu * stretch / max(inp.loader_stretch_measured, 1e-9))
 
 
 def step_time(inp: StepInputs) -> StepTime:
@@ -238,21 +271,34 @@ def step_time(inp: StepInputs) -> StepTime:
         # The same stretch as beside workers: the serial part pays the fair share, parallel ops more.
         compute = _compute_s(inp, stretch)
         load = _loading_s(inp, load_cpu, None) + blocked + inp.load_extra_s * k
-        st = StepTime(compute + load, compute, load, stretch, _threads_wanted(inp) + inp.other_cores, "serial")
+        # The loading ran outside the compute: beside the pool's threads if they spin (a pool that
+        # fits the cores), beside the main thread alone if they sleep, and the other processes.
+        loading_stretch = stretch_for(inp, pin / max(compute0, 1e-9), compute_share=0.0)
+        st = StepTime(compute + load, compute, load, stretch, _threads_wanted(inp) + inp.other_cores, "serial",
+                      loading_stretch)
         return _device_bound(inp, st)
     t = _compute_s(inp, 1.0) + (load_cpu + blocked) / inp.workers
-    stretch, compute, producer, loader_cores = 1.0, 0.0, 0.0, 0.0
+    stretch, loader_stretch, compute, producer, loader_runnable = 1.0, 1.0, 0.0, 0.0, 0.0
     for _ in range(FIXED_POINT_ROUNDS):
-        # Loader CPU is spread over the step; a worker is one thread, so at most `workers` cores.
+        # What the compute loses is the CPU the loader uses over the step: its CPU spread over the
+        # step, at most a core per worker (a worker waiting for a core takes none from the compute).
         loader_cores = min(float(inp.workers), (load_cpu + pin) / max(t, 1e-9))
         stretch = stretch_for(inp, loader_cores)
         compute = _compute_s(inp, stretch)
+        # What a worker gets is its fair share among the threads runnable beside it: the pool's
+        # (the whole step for a pool that fits: it spins) and the workers that are runnable, each
+        # for the wall time its loading takes (its CPU plus its wait for a core). A loader that
+        # cannot keep up is runnable the whole step: a core wanted per worker, however little of
+        # one it gets.
+        loading_wall = _loading_s(inp, load_cpu, loader_stretch) + pin * loader_stretch
+        loader_runnable = min(float(inp.workers), loading_wall / max(t, 1e-9))
+        loader_stretch = stretch_for(inp, loader_runnable, compute_share=compute / max(t, 1e-9))
         # A worker gets the same fair share of a core as every other runnable thread.
-        producer = (_loading_s(inp, load_cpu, stretch) + blocked) / inp.workers
+        producer = (_loading_s(inp, load_cpu, loader_stretch) + blocked) / inp.workers
         t = max(compute, producer)
     bound = "compute" if compute >= producer else "input"
-    wanted = _threads_wanted(inp) + loader_cores + inp.other_cores
-    st = StepTime(t + inp.wait_exposed_s, compute, producer, stretch, wanted, bound)
+    wanted = _threads_wanted(inp) + loader_runnable + inp.other_cores
+    st = StepTime(t + inp.wait_exposed_s, compute, producer, stretch, wanted, bound, loader_stretch)
     return _device_bound(inp, st)
 
 
@@ -270,10 +316,21 @@ def calibrated(inp: StepInputs) -> StepInputs:
     part of the wait set as ``wait_exposed_s`` (epoch starts, the main thread's side of each fetch,
     jitter), so that the unchanged inputs give back the measured step.
     """
-    out = inp.changed(stretch_measured=1.0, threads_measured=inp.compute_threads)
+    out = inp.changed(stretch_measured=1.0, loader_stretch_measured=1.0, threads_measured=inp.compute_threads)
+    # Without the run_delay counter the workers' measured time off CPU (``load_blocked_s``) holds
+    # both their wait for a core and their blocking: the fair share says how much of it was the
+    # wait for a core (``loader_stretch - 1`` per CPU-second), never more than was measured.
+    split = out.workers > 0 and not out.load_queue_measured and out.load_cpu_s > 0
+    off_cpu_s = out.load_blocked_s
     for _ in range(FIXED_POINT_ROUNDS):
-        # The stretch depends on the step time, which depends on the stretch taken out: settle both.
-        out = out.changed(stretch_measured=step_time(out).stretch)
+        # The stretch depends on the step time, which depends on the stretch taken out: settle both
+        # (and the split, which depends on the loader's stretch).
+        st = step_time(out)
+        out = out.changed(stretch_measured=st.stretch, loader_stretch_measured=st.loader_stretch)
+        if split:
+            queue = min(off_cpu_s / out.load_cpu_s, out.loader_stretch_measured - 1.0)
+            out = out.changed(load_queue_per_cpu=queue, load_blocked_s=off_cpu_s - queue * out.load_cpu_s)
+    out = out.changed(load_queue_measured=True) if split else out
     if out.workers > 0:
         # The part of the measured wait the workers' steady output does not explain is exposed wait.
         gap = min(sum(out.phases_s.values()) - step_time(out).step_s, out.phases_s.get("data_wait", 0.0))
@@ -316,7 +373,7 @@ def estimate(before: StepInputs, after: StepInputs, measured_step_s: float) -> f
 
 
 # Inputs that describe the calibration, not the job: a fix never changes them.
-_CALIBRATION_FIELDS = ("stretch_measured", "threads_measured")
+_CALIBRATION_FIELDS = ("stretch_measured", "threads_measured", "loader_stretch_measured")
 
 
 def compose(base: StepInputs, fixes: "list[tuple[StepInputs, StepInputs]]") -> StepInputs:

@@ -20,6 +20,15 @@ DOCS_BASE = "docs/findings"
 MACHINE_IDS: tuple[str, ...] = ("MACHINE_BUSY",)
 
 
+# Findings whose fix changes what the run learns, not only how fast it runs (a larger batch changes
+# the optimization: the learning rate, the number of updates). Among fixes of similar worth the one
+# that keeps the training the same goes first: such a finding ranks above a training-neutral one
+# only when its estimate is larger by more than the step model's stated accuracy (the doctor's goal
+# is an estimate within 1.5x of the measured gain), so only a lead the model is sure of puts it first.
+CHANGES_LEARNING_IDS: tuple[str, ...] = ("SMALL_BATCH",)
+CHANGES_LEARNING_RANK_MARGIN = 1.5
+
+
 def severity_for_speedup(est_speedup: float) -> str:
     """Map an estimated speedup to a severity (thresholds above, with their reasons)."""
     if est_speedup >= CRITICAL_SPEEDUP:
@@ -105,11 +114,14 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
 
     A critical risk (est_speedup 1.0: a leak that will end the run, a fork-unsafe handle that
     corrupts reads) matters more than any speedup: a faster run that crashes or learns from wrong
-    data is worth nothing. Ties are broken by severity, then ID, so the order is stable.
+    data is worth nothing. A fix that changes what is learned (``CHANGES_LEARNING_IDS``) ranks as if
+    its estimate were ``CHANGES_LEARNING_RANK_MARGIN`` times smaller. Ties are broken by severity,
+    then ID, so the order is stable.
     """
 
     def key(f: Finding) -> tuple[int, int, float, int, str]:
-        return (0 if f.id in MACHINE_IDS else 1, 0 if is_risk(f) else 1, -f.est_speedup,
+        worth = f.est_speedup / CHANGES_LEARNING_RANK_MARGIN if f.id in CHANGES_LEARNING_IDS else f.est_speedup
+        return (0 if f.id in MACHINE_IDS else 1, 0 if is_risk(f) else 1, -worth,
                 -_SEVERITY_ORDER[f.severity], f.id)
 
     return sorted(findings, key=key)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stave.analyze.step_model import StepInputs, calibrated, estimate, step_time
+from stave.analyze.step_model import StepInputs, calibrated, compute_cores_wanted, estimate, step_time
 
 COMPUTE = {"data_wait": 0.0, "forward": 0.04, "backward": 0.05, "optimizer": 0.01, "other": 0.0}
 
@@ -204,3 +204,43 @@ def test_fixed_seconds_keep_their_share_of_a_stretched_compute():
     inp = model(compute_threads=16.0, fixed_s=0.05, workers=0, load_cpu_s=0.0)
     after = inp.changed(batch_scale=4.0)
     assert estimate(inp, after, 0.1) == pytest.approx(4 * 0.1 / (0.05 + 4 * 0.05), rel=0.02)
+
+
+def test_a_loader_that_cannot_keep_up_wants_a_core_per_worker():
+    # Main-process loading of 0.2 s a step moved into 2 workers beside a 2-thread pool on 2 cores:
+    # the workers never catch up, so both are runnable the whole step: 4 threads on 2 cores, each
+    # worker gets half a core and a batch costs its loading CPU at half speed over 2 workers.
+    before = model(workers=0, load_cpu_s=0.2, phases_s={**COMPUTE, "data_wait": 0.2})
+    st = step_time(before.changed(workers=2))
+    assert st.bound == "input" and st.cores_wanted == pytest.approx(4.0, rel=1e-3)
+    assert st.producer_s == pytest.approx(0.2 * 2.0 / 2, rel=1e-3)
+    # Counting their CPU used instead (0.2 s over the step: about one core) would have given the
+    # workers 2/3 of a core each and a step of 0.2 * 1.5 / 2 = 0.15 s.
+    assert st.step_s > 0.19
+
+
+def test_a_pool_that_fits_spins_the_whole_step_and_a_larger_one_sleeps_outside_the_compute():
+    fits = model(compute_threads=2.0)
+    assert compute_cores_wanted(fits, 0.25) == 2.0
+    over = model(compute_threads=8.0)
+    assert compute_cores_wanted(over, 1.0) == 8.0
+    assert compute_cores_wanted(over, 0.25) == pytest.approx(1.0 + 7.0 * 0.25)
+    # So workers beside an oversubscribed pool that computes a quarter of the step get more of a
+    # core than the compute's own stretch.
+    st = step_time(model(compute_threads=8.0, workers=2, load_cpu_s=0.3, phases_s={**COMPUTE, "forward": 0.0,
+                                                                                  "backward": 0.02}))
+    assert st.loader_stretch < st.stretch
+
+
+def test_without_run_delay_the_workers_wait_off_cpu_is_split_by_the_fair_share():
+    # 2 workers, 0.05 s of CPU and 0.04 s off CPU per step, beside 2 compute threads on 2 cores.
+    hidden = model(workers=2, load_cpu_s=0.05, load_blocked_s=0.04, load_queue_measured=False)
+    assert hidden.load_queue_measured
+    # The fair share's wait for a core (stretch - 1 per CPU-second) comes out of the measured time
+    # off CPU; together they are still what was measured, and the step is reproduced.
+    assert hidden.load_queue_per_cpu == pytest.approx(min(0.04 / 0.05, hidden.loader_stretch_measured - 1.0))
+    assert hidden.load_cpu_s * hidden.load_queue_per_cpu + hidden.load_blocked_s == pytest.approx(0.04)
+    assert step_time(hidden).step_s == pytest.approx(0.1, rel=1e-6)
+    # Little time off CPU bounds the wait for a core whatever the fair share says.
+    little = model(workers=2, load_cpu_s=0.05, load_blocked_s=0.002, load_queue_measured=False)
+    assert little.load_queue_per_cpu == pytest.approx(0.04) and little.load_blocked_s == pytest.approx(0.0)

@@ -55,6 +55,28 @@ def test_cpu_contention_fires_with_a_small_data_wait_and_names_the_fastest_split
     assert run_rule("THREAD_OVERSUBSCRIPTION", rec) is None  # one cause, one finding
 
 
+def inline_record(opens: float, read_calls: float):
+    """contention_record's job, its dataset computing each sample inline in __getitem__: no separate
+    transform stages, only 'load' and 'collate'."""
+    rec = contention_record()
+    stages = {"load": (2400.0, 2400.0), "collate": (100.0, 100.0)}
+    per = STEPS * BATCH // 6
+    rec.workers = [worker(i, per, 2500.0, 2500.0, stages=stages, opens=opens, read_calls=read_calls)
+                   for i in range(6)]
+    return rec
+
+
+def test_cpu_contention_prices_inline_sample_math_as_a_batch_level_transform():
+    # Nothing read from storage: the 'load' stage is the sample's own computation (augmentation).
+    f = run_rule("CPU_CONTENTION", inline_record(opens=0.0, read_calls=0.01))
+    assert f is not None and "__getitem__" in f.title and f.est_speedup > 1.2
+    assert "reads nothing from storage" in f.fix
+    # A sample read from a file per call: 'load' is reading and decoding, not batchable; no other
+    # split helps this job, so nothing is said.
+    g = run_rule("CPU_CONTENTION", inline_record(opens=1.0, read_calls=3.0))
+    assert g is None or "__getitem__" not in g.title
+
+
 def test_cpu_contention_silent_when_the_cores_had_room_or_the_loader_is_light():
     assert run_rule("CPU_CONTENTION", contention_record(cpu_system_pct=60.0)) is None
     assert run_rule("CPU_CONTENTION", contention_record(worker_cpu_us=20.0)) is None

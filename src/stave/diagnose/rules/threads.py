@@ -13,7 +13,7 @@ of its inputs and the estimate is the model's step before over after.
 from __future__ import annotations
 
 from stave.analyze.host import summarize_host
-from stave.analyze.pipeline import summarize_pipeline
+from stave.analyze.pipeline import PipelineSummary, summarize_pipeline
 from stave.analyze.step_inputs import machine_load, step_inputs
 from stave.analyze.step_model import StepInputs, estimate, step_time
 from stave.diagnose.engine import rule
@@ -30,6 +30,26 @@ BATCH_TRANSFORM_SAVED_SHARE = 1.0
 # Stages that are not per-sample transforms: reading/decoding a sample and collating the batch
 # cannot move to a batch-level op.
 NOT_BATCHABLE_STAGES = frozenset({"load", "collate"})
+# A sample whose __getitem__ reads (almost) nothing from storage and has no separate transform
+# stages computes the sample inline: its 'load' stage is that per-sample math, batchable like a
+# transform. Below one open or read call per ten samples nothing is read per sample (a stray call
+# of the monitor or an index lookup, not the sample's bytes).
+INLINE_MAX_READS_PER_SAMPLE = 0.1
+
+
+def _batchable_stage(pipe: PipelineSummary | None) -> tuple[str, float, bool] | None:
+    """(stage name, its share of the loading, whether it is the sample's inline work) of the costliest
+    stage that could run as one op on the collated batch, or ``None``."""
+    if pipe is None:
+        return None
+    top = next((s for s in pipe.stages if s.name not in NOT_BATCHABLE_STAGES), None)
+    if top is not None:
+        return top.name, top.share, False
+    load = next((s for s in pipe.stages if s.name == "load"), None)
+    reads = (pipe.opens_per_sample or 0.0) + (pipe.read_calls_per_sample or 0.0)
+    if load is None or pipe.opens_per_sample is None or reads >= INLINE_MAX_READS_PER_SAMPLE:
+        return None
+    return "load", load.share, True
 
 
 @rule("THREAD_OVERSUBSCRIPTION", kind="doctor")
@@ -98,7 +118,7 @@ def thread_oversubscription(inp: DoctorInput) -> Finding | None:
     )
 
 
-def _contention_fixes(model: StepInputs, top_share: float | None) -> dict[str, StepInputs]:
+def _contention_fixes(model: StepInputs, top_share: float | None, inline: bool = False) -> dict[str, StepInputs]:
     """The candidate splits of the cores, each as changed model inputs."""
     out: dict[str, StepInputs] = {}
     threads = int(round(model.compute_threads))
@@ -114,7 +134,9 @@ def _contention_fixes(model: StepInputs, top_share: float | None) -> dict[str, S
                 break
     if top_share is not None and top_share > 0:
         saved = top_share * BATCH_TRANSFORM_SAVED_SHARE
-        out["the top loading stage as a batch-level transform"] = model.changed(load_cpu_s=model.load_cpu_s * (1 - saved))
+        name = "the per-sample work in __getitem__ as a batch-level transform" if inline \
+            else "the top loading stage as a batch-level transform"
+        out[name] = model.changed(load_cpu_s=model.load_cpu_s * (1 - saved))
     return out
 
 
@@ -135,8 +157,8 @@ def cpu_contention(inp: DoctorInput) -> Finding | None:
     if load.machine_busy_share is not None and not load.saturated:
         return None  # the cores had room: no thread waited for one, whatever the counts add up to
     pipe = summarize_pipeline(record)
-    top = next((s for s in pipe.stages if s.name not in NOT_BATCHABLE_STAGES), None) if pipe is not None else None
-    fixes = _contention_fixes(model, top.share if top is not None else None)
+    top = _batchable_stage(pipe)
+    fixes = _contention_fixes(model, top[1] if top is not None else None, inline=top is not None and top[2])
     if not fixes:
         return None
     t = summary.step_time_mean_s
@@ -153,8 +175,13 @@ def cpu_contention(inp: DoctorInput) -> Finding | None:
         lines.append(f"torch.set_num_threads({int(after.compute_threads)})  # leave a core to the input pipeline")
     elif "workers" in best and pipe is not None:
         lines.append(dataloader_call(pipe.loader, num_workers=after.workers))
+    elif top is not None and top[2]:
+        lines.append(f"# {pipe.loader.dataset_type if pipe is not None else 'the dataset'}.__getitem__ reads nothing from storage: "
+                     "its per-sample work is computation (augmentation);")
+        lines.append("# return the raw sample and apply that math to the whole collated batch in the training loop")
+        lines.append("# (one vectorized torch op per batch instead of numpy/Python per sample in the workers)")
     else:
-        stage = top.name if top is not None else "the per-sample transform"
+        stage = top[0] if top is not None else "the per-sample transform"
         lines.append(f"# apply {stage} to the whole batch (one vectorized op) instead of per sample in the workers,")
         lines.append("# e.g. keep samples uint8 and normalize/augment the collated batch in the training loop")
     others = ", ".join(f"{name}: {v:.2f}x" for name, v in priced.items() if name != best)
