@@ -278,11 +278,13 @@ def step_time(inp: StepInputs) -> StepTime:
                       loading_stretch)
         return _device_bound(inp, st)
     t = _compute_s(inp, 1.0) + (load_cpu + blocked) / inp.workers
-    stretch, loader_stretch, compute, producer, loader_runnable = 1.0, 1.0, 0.0, 0.0, 0.0
+    stretch, loader_stretch, compute, producer, loader_cores = 1.0, 1.0, 0.0, 0.0, 0.0
     for _ in range(FIXED_POINT_ROUNDS):
-        # What the compute loses is the CPU the loader uses over the step: its CPU spread over the
-        # step, at most a core per worker (a worker waiting for a core takes none from the compute).
-        loader_cores = min(float(inp.workers), (load_cpu + pin) / max(t, 1e-9))
+        # What the compute shares its cores with is the loader's threads while they run or wait for
+        # a core at the fair share: its CPU stretched by the loader's fair-share stretch, spread over
+        # the step, at most a core per worker. (Not the measured wait for a core: a worker woken from
+        # a read waits briefly for a core the compute holds, which takes nothing from the compute.)
+        loader_cores = min(float(inp.workers), (load_cpu + pin) * loader_stretch / max(t, 1e-9))
         stretch = stretch_for(inp, loader_cores)
         compute = _compute_s(inp, stretch)
         # What a worker gets is its fair share among the threads runnable beside it: the pool's
@@ -297,7 +299,7 @@ def step_time(inp: StepInputs) -> StepTime:
         producer = (_loading_s(inp, load_cpu, loader_stretch) + blocked) / inp.workers
         t = max(compute, producer)
     bound = "compute" if compute >= producer else "input"
-    wanted = _threads_wanted(inp) + loader_runnable + inp.other_cores
+    wanted = _threads_wanted(inp) + loader_cores + inp.other_cores
     st = StepTime(t + inp.wait_exposed_s, compute, producer, stretch, wanted, bound, loader_stretch)
     return _device_bound(inp, st)
 
