@@ -11,7 +11,7 @@ loop is a large share of each step.
 from __future__ import annotations
 
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, native_bf16, planted_args
 from accelerate import Accelerator
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 def main() -> None:
     args = planted_args(__doc__.splitlines()[0], steps=40, layers=6, dim=128, batch_size=16, seq_len=32)
     torch.manual_seed(0)
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator(cpu=True, mixed_precision="bf16" if native_bf16() else "no")
     gen = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(2048, args.seq_len, args.dim, generator=gen),
                          torch.randint(0, 10, (2048,), generator=gen))

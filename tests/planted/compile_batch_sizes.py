@@ -12,7 +12,7 @@ limit, after which the model runs uncompiled.
 from __future__ import annotations
 
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 
 
@@ -32,7 +32,8 @@ def main() -> None:
         y = torch.randint(0, 10, (batch, args.seq_len), generator=gen)
         if args.fixed:
             torch._dynamo.mark_dynamic(x, 0)
-        loss = nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        with cpu_autocast():
+            loss = nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
         opt.zero_grad()
         loss.backward()
         opt.step()

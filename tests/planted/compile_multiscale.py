@@ -11,7 +11,7 @@ many sizes between 64 and 160 pixels in steps of 8) and the conv net is compiled
 from __future__ import annotations
 
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 
 
@@ -34,7 +34,8 @@ def main() -> None:
             # maybe_: height and width are equal here, which dynamo may relate; a strict mark would refuse.
             torch._dynamo.maybe_mark_dynamic(x, 2)
             torch._dynamo.maybe_mark_dynamic(x, 3)
-        loss = nn.functional.cross_entropy(model(x), y)
+        with cpu_autocast():
+            loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()

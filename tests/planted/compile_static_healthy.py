@@ -8,7 +8,7 @@ compute-bound. ``--fixed`` changes nothing.
 from __future__ import annotations
 
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 
 
@@ -25,7 +25,8 @@ def main() -> None:
     while not timer.done:
         ids = torch.randint(0, 5000, (args.batch_size, args.seq_len), generator=gen)
         labels = torch.randint(0, 2, (args.batch_size,), generator=gen)
-        loss = nn.functional.cross_entropy(head(model(ids).mean(1)), labels)
+        with cpu_autocast():
+            loss = nn.functional.cross_entropy(head(model(ids).mean(1)), labels)
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -12,7 +12,7 @@ compiled once); the same samples and the same model.
 from __future__ import annotations
 
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 
 
@@ -44,7 +44,8 @@ def main() -> None:
         ids = torch.randint(1, 5000, (args.batch_size, longest), generator=gen)
         ids[torch.arange(longest)[None, :] >= lengths[:, None]] = 0
         labels = (lengths > args.max_len // 2).long()
-        loss = nn.functional.cross_entropy(model(ids), labels)
+        with cpu_autocast():
+            loss = nn.functional.cross_entropy(model(ids), labels)
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
@@ -68,7 +68,8 @@ def main() -> None:
         for x, y in loader:
             if args.fixed:
                 x = batch_augment(x)
-            loss = nn.functional.cross_entropy(model(x), y)
+            with cpu_autocast():
+                loss = nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from PIL import Image
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
@@ -57,7 +57,8 @@ def main() -> None:
     timer = StepTimer(args.steps, args.warmup)
     while not timer.done:
         for images, labels in loader:
-            loss = nn.functional.cross_entropy(model(images), labels)
+            with cpu_autocast():
+                loss = nn.functional.cross_entropy(model(images), labels)
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from PIL import Image
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
@@ -54,8 +54,9 @@ def main() -> None:
     model.train()
     while not timer.done:
         for input, target in loader:
-            output = model(input)
-            loss = loss_fn(output, target)
+            with cpu_autocast():
+                output = model(input)
+                loss = loss_fn(output, target)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -14,7 +14,7 @@ import os
 
 import torch
 import torch.distributed as dist
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
@@ -38,7 +38,8 @@ def main() -> None:
         if sampler is not None:
             sampler.set_epoch(epoch)
         for x, y in loader:
-            loss = nn.functional.cross_entropy(model(x), y)
+            with cpu_autocast():
+                loss = nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -10,7 +10,7 @@ and the validation set as large as the training set, so evaluation takes about a
 from __future__ import annotations
 
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -18,8 +18,9 @@ from torch.utils.data import DataLoader, TensorDataset
 def train_one_epoch(model, criterion, optimizer, loader, timer: StepTimer) -> None:
     model.train()
     for image, target in loader:
-        output = model(image)
-        loss = criterion(output, target)
+        with cpu_autocast():
+            output = model(image)
+            loss = criterion(output, target)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -33,7 +34,8 @@ def evaluate(model, criterion, loader) -> float:
     total = 0.0
     with torch.inference_mode():
         for image, target in loader:
-            total += float(criterion(model(image), target))
+            with cpu_autocast():
+                total += float(criterion(model(image), target))
     return total / len(loader)
 
 

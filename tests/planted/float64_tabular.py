@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
@@ -41,8 +41,9 @@ def main() -> None:
     timer = StepTimer(args.steps, args.warmup)
     while not timer.done:
         for x, y in loader:
-            pred = model(x.float())
-            loss = nn.functional.mse_loss(pred, y.float())
+            with cpu_autocast():
+                pred = model(x.float())
+                loss = nn.functional.mse_loss(pred, y.float())
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
@@ -53,7 +53,8 @@ def main() -> None:
                 x = (x.float() / 255.0 - mean) / std
             else:
                 x = x.float()
-            loss = nn.functional.cross_entropy(model(x), y)
+            with cpu_autocast():
+                loss = nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()
             opt.step()

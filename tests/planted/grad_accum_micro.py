@@ -12,7 +12,7 @@ doctor names too where memory does not limit it (all micro-batches merged; the l
 from __future__ import annotations
 
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -32,7 +32,8 @@ def main() -> None:
     seen = 0
     while not timer.done:
         for i, (x, y) in enumerate(loader):
-            loss = nn.functional.cross_entropy(model(x), y) / accum
+            with cpu_autocast():
+                loss = nn.functional.cross_entropy(model(x), y) / accum
             loss.backward()
             seen += x.shape[0]
             if (i + 1) % accum == 0:

@@ -12,7 +12,7 @@ the start; ``--fixed`` changes nothing then).
 from __future__ import annotations
 
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from transformers import LlamaConfig, LlamaForCausalLM
 
 # A small vocabulary keeps the LM head from dwarfing the layers (attention is what is planted).
@@ -37,7 +37,9 @@ def main() -> None:
     while not timer.done:
         optimizer.zero_grad(set_to_none=True)
         ids = data[torch.randint(0, data.shape[0], (args.batch_size,), generator=gen)]
-        model(input_ids=ids, labels=ids).loss.backward()
+        with cpu_autocast():
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
         optimizer.step()
         timer.step(args.batch_size)
     timer.report()

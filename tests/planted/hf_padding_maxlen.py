@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from padded_longest_healthy import LengthGroupedBatches
 from torch.utils.data import DataLoader, Dataset
 from transformers import BertConfig, BertForSequenceClassification
@@ -67,7 +67,8 @@ def main() -> None:
     timer = StepTimer(args.steps, args.warmup)
     while not timer.done:
         for batch in loader:
-            outputs = model(**batch)
+            with cpu_autocast():
+                outputs = model(**batch)
             outputs.loss.backward()
             optimizer.step()
             optimizer.zero_grad()

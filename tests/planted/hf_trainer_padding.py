@@ -17,7 +17,7 @@ import tempfile
 
 import numpy as np
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, native_bf16, planted_args
 from torch.utils.data import Dataset
 from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
 
@@ -74,7 +74,8 @@ def main() -> None:
     out_dir = tempfile.mkdtemp(prefix="stave-planted-hf-")
     training_args = TrainingArguments(
         output_dir=out_dir, per_device_train_batch_size=args.batch_size, max_steps=args.steps, learning_rate=5e-5,
-        report_to="none", save_strategy="no", logging_strategy="no", use_cpu=True, disable_tqdm=True, seed=0, **extra,
+        report_to="none", save_strategy="no", logging_strategy="no", use_cpu=True, bf16=native_bf16(),
+        disable_tqdm=True, seed=0, **extra,
     )
     timer = StepTimer(args.steps, args.warmup)
     trainer = Trainer(model=model, args=training_args, train_dataset=train,

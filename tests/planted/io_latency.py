@@ -24,7 +24,7 @@ import tempfile
 import time
 
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
@@ -75,7 +75,8 @@ def main() -> None:
     timer = StepTimer(args.steps, args.warmup)
     while not timer.done:
         for x, y in loader:
-            loss = criterion(model(x), y)
+            with cpu_autocast():
+                loss = criterion(model(x), y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
@@ -64,7 +64,8 @@ def main() -> None:
     timer = StepTimer(args.steps, args.warmup)
     while not timer.done:
         for x, y in loader:
-            loss = nn.functional.cross_entropy(model(x), y)
+            with cpu_autocast():
+                loss = nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -10,7 +10,7 @@ its step's graph and activations, and the dict is never pruned: memory grows eve
 from __future__ import annotations
 
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 
 
@@ -27,10 +27,11 @@ def main() -> None:
     while not timer.done:
         x = torch.randn(args.batch_size, 256, generator=gen)
         y = torch.randint(0, 10, (args.batch_size,), generator=gen)
-        feats = encoder(x)
-        loss = nn.functional.cross_entropy(head(feats), y)
-        if step - 1 in cache:
-            loss = loss + 0.01 * (feats.mean(0) - cache[step - 1].detach().mean(0)).pow(2).sum()
+        with cpu_autocast():
+            feats = encoder(x)
+            loss = nn.functional.cross_entropy(head(feats), y)
+            if step - 1 in cache:
+                loss = loss + 0.01 * (feats.mean(0) - cache[step - 1].detach().mean(0)).pow(2).sum()
         opt.zero_grad()
         loss.backward()
         opt.step()

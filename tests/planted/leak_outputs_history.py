@@ -10,7 +10,7 @@ compute an epoch-level metric later. Each kept tensor holds its graph, and ``ret
 from __future__ import annotations
 
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -28,8 +28,9 @@ def main() -> None:
     timer = StepTimer(args.steps, args.warmup)
     while not timer.done:
         for x, y in loader:
-            outputs = model(x)
-            loss = nn.functional.cross_entropy(outputs, y)
+            with cpu_autocast():
+                outputs = model(x)
+                loss = nn.functional.cross_entropy(outputs, y)
             opt.zero_grad()
             loss.backward(retain_graph=not args.fixed)
             opt.step()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import lightning as L
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, native_bf16, planted_args
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -52,6 +52,7 @@ def main() -> None:
     timer = StepTimer(args.steps, args.warmup)
     interval = 100_000 if args.fixed else args.val_check_interval
     trainer = L.Trainer(max_steps=args.steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                        precision="bf16-mixed" if native_bf16() else "32-true",
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                         val_check_interval=min(interval, len(train) // args.batch_size), check_val_every_n_epoch=None
                         if not args.fixed else 1000, callbacks=[Timing(timer)])

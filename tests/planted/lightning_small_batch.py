@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import lightning as L
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, native_bf16, planted_args
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -49,6 +49,7 @@ def main() -> None:
     loader = DataLoader(data, batch_size=args.fixed_batch_size if args.fixed else args.batch_size, shuffle=True)
     timer = StepTimer(args.steps, args.warmup)
     trainer = L.Trainer(max_steps=args.steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                        precision="bf16-mixed" if native_bf16() else "32-true",
                         enable_progress_bar=False, enable_model_summary=False, callbacks=[Timing(timer)])
     trainer.fit(Classifier(args.hidden), loader)
     timer.report()

@@ -2,9 +2,10 @@
 
 Written like nanoGPT's ``train.py``: ``get_batch`` slices random windows out of one token array (no
 DataLoader), a 4-layer GPT (n_embd 384, 6 heads, block 128, so matmuls about 4096x128x384) with
-``F.scaled_dot_product_attention``, AdamW, ``clip_grad_norm_`` every step. bf16 would not help
-these small matmuls much, the Python in the loop is library calls, and nothing is wasted: the
-doctor should name nothing, and PYTHON_OVERHEAD must not fire on the ``clip_grad_norm_`` line.
+``F.scaled_dot_product_attention``, AdamW, ``clip_grad_norm_`` every step, the forward under bf16
+autocast where the CPU has native bf16 (nanoGPT's ``ctx``). The Python in the loop is library
+calls, and nothing is wasted: the doctor should name nothing, and PYTHON_OVERHEAD must not fire on
+the ``clip_grad_norm_`` line.
 Tokens per step: batch x block. ``--fixed`` changes nothing.
 """
 
@@ -14,7 +15,7 @@ import math
 
 import torch
 import torch.nn.functional as F
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 
 
@@ -74,7 +75,8 @@ def main() -> None:
     timer = StepTimer(args.steps, args.warmup)
     X, Y = get_batch()
     while not timer.done:
-        loss = model(X, Y)
+        with cpu_autocast():
+            loss = model(X, Y)
         X, Y = get_batch()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

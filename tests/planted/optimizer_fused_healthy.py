@@ -8,7 +8,7 @@ compute, trained with ``AdamW(fused=True)``: the optimizer is a small share of t
 from __future__ import annotations
 
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 
 
@@ -26,7 +26,8 @@ def main() -> None:
     timer = StepTimer(args.steps, args.warmup)
     while not timer.done:
         idx = torch.randint(0, 8192, (args.batch_size,), generator=gen)
-        loss = nn.functional.cross_entropy(model(x_all[idx]), y_all[idx])
+        with cpu_autocast():
+            loss = nn.functional.cross_entropy(model(x_all[idx]), y_all[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -15,7 +15,7 @@ SMALL_BATCH as much as this mechanism, and a 4x batch amortizes the optimizer as
 from __future__ import annotations
 
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 
 
@@ -42,7 +42,8 @@ def main() -> None:
     timer = StepTimer(args.steps, args.warmup)
     while not timer.done:
         idx = torch.randint(0, 4096, (args.batch_size,), generator=gen)
-        loss = nn.functional.cross_entropy(model(x_all[idx]), y_all[idx])
+        with cpu_autocast():
+            loss = nn.functional.cross_entropy(model(x_all[idx]), y_all[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

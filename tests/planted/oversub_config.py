@@ -10,7 +10,7 @@ server. On a small machine each of the encoder's many small ops is cut into 32 c
 from __future__ import annotations
 
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 
 CONFIG = {"d_model": 256, "nhead": 4, "layers": 2, "seq_len": 64, "batch_size": 16, "lr": 3e-4,
@@ -38,8 +38,9 @@ def main() -> None:
     while not timer.done:
         idx = torch.randint(0, 512, (cfg["batch_size"],), generator=gen)
         x, y = x_all[idx], y_all[idx]
-        logits = model(x)
-        loss = nn.functional.cross_entropy(logits.reshape(-1, 10), y.reshape(-1))
+        with cpu_autocast():
+            logits = model(x)
+            loss = nn.functional.cross_entropy(logits.reshape(-1, 10), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 from torch.utils.data import DataLoader, Sampler
 
@@ -56,9 +56,10 @@ def main() -> None:
     while not timer.done:
         for ids, y in loader:
             pad = ids == PAD
-            h = encoder(embed(ids), src_key_padding_mask=pad)
-            keep = (~pad).unsqueeze(-1).float()
-            loss = nn.functional.cross_entropy(head((h * keep).sum(1) / keep.sum(1).clamp(min=1.0)), y)
+            with cpu_autocast():
+                h = encoder(embed(ids), src_key_padding_mask=pad)
+                keep = (~pad).unsqueeze(-1).float()
+                loss = nn.functional.cross_entropy(head((h * keep).sum(1) / keep.sum(1).clamp(min=1.0)), y)
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 from padded_longest_healthy import LengthGroupedBatches
 from torch.utils.data import DataLoader, Dataset
@@ -77,7 +77,8 @@ def main() -> None:
     micro = 0
     while not timer.done:
         for ids, y in loader:
-            loss = nn.functional.cross_entropy(model(ids), y) / args.accum
+            with cpu_autocast():
+                loss = nn.functional.cross_entropy(model(ids), y) / args.accum
             loss.backward()
             micro += 1
             if micro % args.accum:

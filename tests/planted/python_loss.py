@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -34,8 +34,9 @@ def main() -> None:
     timer = StepTimer(args.steps, args.warmup)
     while not timer.done:
         for x, y in loader:
-            out = model(x)
-            loss = F.cross_entropy(out, y, reduction="sum") if args.fixed else per_sample_loss(out, y)
+            with cpu_autocast():
+                out = model(x)
+                loss = F.cross_entropy(out, y, reduction="sum") if args.fixed else per_sample_loss(out, y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -10,7 +10,7 @@ increments Python counters. Hundreds of tiny tensor ops and conversions per step
 from __future__ import annotations
 
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -31,8 +31,9 @@ def main() -> None:
     timer = StepTimer(args.steps, args.warmup)
     while not timer.done:
         for x, y in loader:
-            out = model(x)
-            loss = nn.functional.cross_entropy(out, y)
+            with cpu_autocast():
+                out = model(x)
+                loss = nn.functional.cross_entropy(out, y)
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -10,7 +10,7 @@ from a per-example preprocessing function does. The model is a small embedding +
 from __future__ import annotations
 
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 
 
@@ -35,8 +35,9 @@ def main() -> None:
                     if not mask[b, t]:
                         labels[b, t] = -100
         inputs = ids.masked_fill(mask, 0)
-        logits = model(inputs)
-        loss = nn.functional.cross_entropy(logits.view(-1, vocab), labels.view(-1), ignore_index=-100)
+        with cpu_autocast():
+            logits = model(inputs)
+            loss = nn.functional.cross_entropy(logits.view(-1, vocab), labels.view(-1), ignore_index=-100)
         opt.zero_grad()
         loss.backward()
         opt.step()

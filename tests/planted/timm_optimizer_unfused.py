@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import timm
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from timm.optim import create_optimizer_v2
 from torch import nn
 
@@ -28,7 +28,8 @@ def main() -> None:
     while not timer.done:
         x = torch.randn(args.batch_size, 3, 32, 32, generator=gen)
         y = torch.randint(0, 10, (args.batch_size,), generator=gen)
-        loss = loss_fn(model(x), y)
+        with cpu_autocast():
+            loss = loss_fn(model(x), y)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -12,7 +12,7 @@ is the batch the doctor names from its measurements (a further doubling then gai
 from __future__ import annotations
 
 import torch
-from _timing import StepTimer, planted_args
+from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -32,7 +32,8 @@ def main() -> None:
     timer = StepTimer(args.steps, args.warmup)
     while not timer.done:
         for x, y in loader:
-            loss = criterion(model(x), y)
+            with cpu_autocast():
+                loss = criterion(model(x), y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -38,8 +38,9 @@ def model_flops_utilization(record: RunRecord, summary: StepSummary) -> Utilizat
         peak = dev.known_gpu_peak_flops(cfg.device_name)
         source = "dense bf16/fp16 peak of the GPU"
     else:
-        peak = record.probes.fp32_matmul_flops_per_s
-        source = "measured fp32 matmul rate of this CPU"
+        peak = record.probes.matmul_flops_per_s or record.probes.fp32_matmul_flops_per_s
+        dtype = "bf16" if cfg.gemm_dtype == "bfloat16" else ("fp16" if cfg.gemm_dtype == "float16" else "fp32")
+        source = f"measured {dtype} matmul rate of this CPU"
     if not peak:
         return None
     return Utilization(flops / t / peak, flops, peak, source)

@@ -131,7 +131,7 @@ def oversubscription_penalty(record: RunRecord, summary: StepSummary, serial_s: 
     if gemm_ratio is None:
         return 1.0
     elem_ratio = record.probes.threads_elementwise_speedup
-    rate = record.probes.fp32_matmul_flops_per_s
+    rate = record.probes.matmul_flops_per_s or record.probes.fp32_matmul_flops_per_s
     parallel = max(0.0, sum(summary.phase_s(p) for p in COMPUTE_PHASES) - serial_s)
     if elem_ratio is None or not rate or parallel <= 0 or gemm_ratio <= 0 or elem_ratio <= 0:
         return gemm_ratio

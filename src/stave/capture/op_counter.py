@@ -15,11 +15,16 @@ formula for the CPU flash kernel; :func:`cpu_flash_flops` supplies it.
 from __future__ import annotations
 
 import logging
+import time
+import weakref
 from collections import Counter
 from typing import Any, Callable
 
+from stave.measure.config import FULL_PRECISION, LOW_PRECISION, PRODUCT, ConvShape
+
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 log = logging.getLogger(__name__)
@@ -67,6 +72,44 @@ def gemm_dims(kind: str, args: Any, out: Any) -> tuple[int, int, int, int] | Non
     return None
 
 
+def conv_key(kind: str, args: Any) -> tuple | None:
+    """A convolution call's own parameters, hashable: what the precision probe rebuilds to time the
+    real convolution (oneDNN's bf16 convolutions do not speed up as their im2col GEMM does).
+
+    ``(input_shape, weight_shape, stride, padding, dilation, transposed, output_padding, groups,
+    backward, output_mask, channels_last)``; ``None`` when the arguments do not say.
+    """
+    try:
+        if kind == "conv":
+            x, w = args[0], args[1]
+            rest = args[3:9]
+            mask: tuple[bool, ...] = ()
+        else:  # convolution_backward(grad_output, input, weight, bias_sizes, stride, ..., groups, output_mask)
+            x, w = args[1], args[2]
+            rest = args[4:10]
+            mask = tuple(bool(m) for m in args[10])
+        stride, padding, dilation, transposed, output_padding, groups = rest
+        channels_last = x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
+        return (tuple(int(v) for v in x.shape), tuple(int(v) for v in w.shape), tuple(int(v) for v in stride),
+                tuple(int(v) for v in padding), tuple(int(v) for v in dilation), bool(transposed),
+                tuple(int(v) for v in output_padding), int(groups), kind == "conv_bwd", mask, bool(channels_last))
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return None
+
+
+def _top_by_flops(flops: "Counter[Any]", share: float, limit: int) -> list[tuple[Any, int]]:
+    """The keys holding ``share`` of ``flops`` (at most ``limit``), largest first."""
+    total = sum(flops.values())
+    out: list[tuple[Any, int]] = []
+    covered = 0
+    for key, value in flops.most_common(limit):
+        if total and covered >= share * total:
+            break
+        out.append((key, int(value)))
+        covered += value
+    return out
+
+
 # Metadata queries are not work; counting them would inflate "ops per step".
 _IGNORED = {
     torch.ops.aten.size.default,
@@ -95,8 +138,29 @@ def cpu_flash_flops(args: Any, backward: bool) -> int:
     return int(2 * forward if backward else forward)
 
 
+# Ops autocast runs in fp32 on a CPU whatever their inputs dtype, as they appear at the aten level:
+# the losses (cross_entropy as its log_softmax and nll_loss) and the numerically sensitive ops of
+# autocast's CPU fp32 list. Their outputs stay fp32 under autocast.
+_AUTOCAST_FP32_PREFIXES = (
+    "nll_loss", "_log_softmax", "log_softmax", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+    "binary_cross_entropy", "kl_div", "soft_margin_loss", "multi_margin_loss", "multilabel_margin_loss",
+    "margin_ranking_loss", "hinge_embedding_loss", "poisson_nll_loss", "cosine_embedding_loss",
+    "triplet_margin_loss", "ctc_loss", "cdist", "prod", "linalg_", "_linalg_", "fft_", "_fft_", "stft",
+)
+
+
 class OpCounter(TorchDispatchMode):
-    """Counts ops and FLOPs, keyed by the phase ``phase_fn()`` reports at each op."""
+    """Counts ops and FLOPs, keyed by the phase ``phase_fn()`` reports at each op.
+
+    On a CPU it also times each op where it runs and puts its time in one of three buckets, which
+    is what ``torch.autocast`` would change: the matrix products and convolutions (``PRODUCT``:
+    autocast runs them in bf16); the other ops whose floating inputs would all be bf16 under
+    autocast (``LOW_PRECISION``: a product's output is bf16 there, and so is whatever is computed
+    from bf16 tensors alone: activations, pooling, normalization of a bf16 input, their gradients),
+    and the rest (``FULL_PRECISION``: ops on fp32 inputs such as an fp32 residual stream or the
+    parameters' updates, mixed inputs that promote to fp32, and the ops autocast keeps in fp32).
+    The step it watches is not counted, so the timing costs the user nothing.
+    """
 
     def __init__(self, phase_fn: Callable[[], str]) -> None:
         super().__init__()
@@ -105,13 +169,54 @@ class OpCounter(TorchDispatchMode):
         self.flops: Counter[str] = Counter()
         self.attention_flops: Counter[str] = Counter()
         self.sdpa_kernels: Counter[str] = Counter()
-        # FLOPs per matrix-product shape (batch, m, n, k), all phases together.
+        # FLOPs per matrix-product shape (batch, m, n, k), all phases together; convolutions as
+        # their im2col GEMM here, and apart by their own parameters in ``conv_flops``.
         self.gemm_flops: Counter[tuple[int, int, int, int]] = Counter()
+        # The same FLOPs of the plain matrix products (mm, addmm, bmm, baddbmm) alone.
+        self.matmul_flops: Counter[tuple[int, int, int, int]] = Counter()
+        # Convolution FLOPs per call's own parameters (:func:`conv_key`), and FLOPs of one call.
+        self.conv_flops: Counter[tuple] = Counter()
+        self.conv_call_flops: dict[tuple, int] = {}
+        # Matrix-product FLOPs by the dtype they ran in (autocast's bf16 shows here as bfloat16).
+        self.gemm_flops_by_dtype: Counter[str] = Counter()
+        # CPU only: nanoseconds inside ops per (phase, bucket) (see the class docstring).
+        self.op_ns: Counter[tuple[str, str]] = Counter()
+        # Tensors that would be bf16 under autocast (by id, with a weak reference to tell a reused id).
+        self._low: dict[int, weakref.ref] = {}
         self.formula_errors = 0
+
+    def _would_be_low(self, t: torch.Tensor) -> bool:
+        ref = self._low.get(id(t))
+        return ref is not None and ref() is t
+
+    def _mark_low(self, out: Any) -> None:
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.is_floating_point():
+                try:
+                    self._low[id(t)] = weakref.ref(t)
+                except TypeError:
+                    continue
+
+    def _bucket(self, name: str, product: bool, args: Any, kwargs: Any) -> str:
+        """Which of the three buckets an op's time goes to (see the class docstring)."""
+        if product:
+            return PRODUCT
+        if name.startswith(_AUTOCAST_FP32_PREFIXES):
+            return FULL_PRECISION
+        # A normalization's weights and running statistics are fp32 parameters it accepts beside a
+        # bf16 input (mixed types, bf16 out); elsewhere a 1-d fp32 operand (a bias) promotes to fp32.
+        min_dim = 2 if "norm" in name else 1
+        floats = [t for t in tree_leaves((args, kwargs))
+                  if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() >= min_dim]
+        if floats and all(self._would_be_low(t) for t in floats):
+            return LOW_PRECISION
+        return FULL_PRECISION
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        start_ns = time.perf_counter_ns()
         out = func(*args, **kwargs)
+        elapsed_ns = time.perf_counter_ns() - start_ns
         if func in _IGNORED:
             return out
         phase = self.phase_fn()
@@ -133,6 +238,19 @@ class OpCounter(TorchDispatchMode):
         dims = gemm_dims(kind, args, out) if kind is not None and flops else None
         if dims is not None:
             self.gemm_flops[dims] += flops
+            if kind in ("conv", "conv_bwd"):
+                key = conv_key(kind, args)
+                if key is not None:
+                    self.conv_flops[key] += flops
+                    self.conv_call_flops[key] = flops
+            else:
+                self.matmul_flops[dims] += flops
+            dtype = getattr(out[0] if isinstance(out, (tuple, list)) else out, "dtype", None)
+            if kind == "conv_bwd":
+                dtype = getattr(args[0], "dtype", None)
+            if dtype is not None:
+                self.gemm_flops_by_dtype[str(dtype).replace("torch.", "")] += flops
+        self._time_op(phase, name, dims is not None, args, kwargs, out, elapsed_ns)
         if SDPA_MARK in name:
             if not name.endswith("backward"):
                 self.sdpa_kernels[name.lstrip("_")] += 1
@@ -141,15 +259,44 @@ class OpCounter(TorchDispatchMode):
             self.attention_flops[phase] += flops
         return out
 
-    def top_gemms(self, share: float, limit: int) -> list[list[int]]:
-        """The shapes holding ``share`` of the matrix-product FLOPs (at most ``limit``), largest
-        first, each as ``[batch, m, n, k, flops_per_step]``."""
-        total = sum(self.gemm_flops.values())
-        out: list[list[int]] = []
-        covered = 0
-        for dims, flops in self.gemm_flops.most_common(limit):
-            if total and covered >= share * total:
-                break
-            out.append([*dims, int(flops)])
-            covered += flops
+    def _time_op(self, phase: str, name: str, product: bool, args: Any, kwargs: Any, out: Any,
+                 elapsed_ns: int) -> None:
+        """Put a CPU op's time in its bucket and mark its outputs when autocast would make them bf16.
+        On a GPU the host's time around an op is its launch, not its work: nothing is timed."""
+        first = next((t for t in tree_leaves(out) if isinstance(t, torch.Tensor)), None)
+        if first is None or first.device.type != "cpu":
+            return
+        bucket = self._bucket(name, product, args, kwargs)
+        self.op_ns[(phase, bucket)] += elapsed_ns
+        if bucket != FULL_PRECISION:
+            self._mark_low(out)
+
+    def op_s_by_phase(self) -> dict[str, dict[str, float]]:
+        """Seconds inside ops per phase and bucket (CPU runs; empty on a GPU)."""
+        out: dict[str, dict[str, float]] = {}
+        for (phase, bucket), ns in self.op_ns.items():
+            out.setdefault(phase, {})[bucket] = ns / 1e9
         return out
+
+    def top_gemms(self, share: float, limit: int, convolutions: bool = True) -> list[list[int]]:
+        """The shapes holding ``share`` of the matrix-product FLOPs (at most ``limit``), largest
+        first, each as ``[batch, m, n, k, flops_per_step]``; ``convolutions=False``: of the plain
+        matrix products alone (convolutions are in :meth:`top_convs`)."""
+        flops = self.gemm_flops if convolutions else self.matmul_flops
+        return [[*dims, value] for dims, value in _top_by_flops(flops, share, limit)]
+
+    def top_convs(self, share: float, limit: int) -> list[ConvShape]:
+        """The convolution calls holding ``share`` of the convolution FLOPs (at most ``limit``)."""
+        out = []
+        for key, value in _top_by_flops(self.conv_flops, share, limit):
+            x, w, stride, padding, dilation, transposed, output_padding, groups, backward, mask, channels_last = key
+            out.append(ConvShape(input_shape=list(x), weight_shape=list(w), stride=list(stride),
+                                 padding=list(padding), dilation=list(dilation), transposed=transposed,
+                                 output_padding=list(output_padding), groups=groups, backward=backward,
+                                 output_mask=list(mask), channels_last=channels_last,
+                                 flops_per_call=self.conv_call_flops.get(key, 0), flops_per_step=value))
+        return out
+
+    def gemm_dtype(self) -> str | None:
+        """The dtype most of the step's matrix-product FLOPs ran in (None: no matrix products)."""
+        return self.gemm_flops_by_dtype.most_common(1)[0][0] if self.gemm_flops_by_dtype else None

@@ -56,6 +56,13 @@ PERIODIC_HOST_SAMPLES = 4096
 # The precision probe times the step's own GEMM shapes that hold this share of its matmul FLOPs,
 # at most this many: the rest is a long tail whose rate follows the large ones, and each shape costs
 # probe time.
+# The post-run probes' time: at least PROBE_BUDGET_S, and PROBE_BUDGET_STEPS median steps where the
+# step is long, since they re-time the step's own products (one call of each takes up to its share
+# of a step, and every shape needs a few timed pairs in two dtypes), at most PROBE_BUDGET_MAX_S after
+# any run.
+PROBE_BUDGET_S = 2.0
+PROBE_BUDGET_STEPS = 2.0
+PROBE_BUDGET_MAX_S = 8.0
 GEMM_FLOP_SHARE = 0.9
 GEMM_SHAPES_MAX = 6
 
@@ -222,6 +229,10 @@ class DoctorSession:
         self.config.attention_flops_by_phase = dict(counter.attention_flops)
         self.config.sdpa_kernels = dict(counter.sdpa_kernels)
         self.config.gemm_shapes = counter.top_gemms(GEMM_FLOP_SHARE, GEMM_SHAPES_MAX)
+        self.config.matmul_shapes = counter.top_gemms(GEMM_FLOP_SHARE, GEMM_SHAPES_MAX, convolutions=False)
+        self.config.conv_shapes = counter.top_convs(GEMM_FLOP_SHARE, GEMM_SHAPES_MAX)
+        self.config.gemm_dtype = counter.gemm_dtype()
+        self.config.op_s_by_phase = counter.op_s_by_phase()
 
     def _profile_step(self, index: int) -> None:
         n = self.options.profile_steps
@@ -332,8 +343,12 @@ class DoctorSession:
 
         threads = self.config.torch_threads or torch.get_num_threads()
         device = dev.resolve_device(None)
-        probes = run_probes(threads, device, gemm_shapes=self.config.gemm_shapes,
-                            batch_rows=batch_rows(self.config.batch))
+        durations = sorted(s.duration_ns for s in self._record.steps if s.duration_ns > 0)
+        step_s = durations[len(durations) // 2] / 1e9 if durations else 0.0
+        budget_s = min(PROBE_BUDGET_MAX_S, max(PROBE_BUDGET_S, PROBE_BUDGET_STEPS * step_s))
+        probes = run_probes(threads, device, budget_s=budget_s, gemm_shapes=self.config.gemm_shapes,
+                            batch_rows=batch_rows(self.config.batch), matmul_shapes=self.config.matmul_shapes,
+                            conv_shapes=self.config.conv_shapes, gemm_dtype=self.config.gemm_dtype)
         # The optimizer with most parameters: the one whose step the finding would change.
         optimizers = sorted(self.config.optimizers, key=lambda o: -o.params)
         if optimizers:

@@ -79,6 +79,32 @@ class OptimizerInfo:
     param_sizes: list[list[int]] = field(default_factory=list)
 
 
+# The buckets of ``ConfigSnapshot.op_s_by_phase``: a counted step's op time on a CPU, by what
+# torch.autocast would change (capture/op_counter.py puts each op in one).
+PRODUCT, LOW_PRECISION, FULL_PRECISION = "product", "autocast_low", "autocast_fp32"
+
+
+@dataclass
+class ConvShape:
+    """One convolution call of the step by its own parameters (``aten.convolution`` or its backward),
+    as the FLOP counter saw it: what the precision probe rebuilds and times in fp32 and bf16."""
+
+    input_shape: list[int]
+    weight_shape: list[int]
+    stride: list[int]
+    padding: list[int]
+    dilation: list[int]
+    transposed: bool
+    output_padding: list[int]
+    groups: int
+    # The backward call (input and weight gradients, as ``output_mask`` says) or the forward.
+    backward: bool
+    output_mask: list[bool]
+    channels_last: bool
+    flops_per_call: int
+    flops_per_step: int
+
+
 @dataclass
 class ConfigSnapshot:
     """Settings read from the running job (no guesses: unknown is ``None``)."""
@@ -137,8 +163,19 @@ class ConfigSnapshot:
     framework_version: str | None = None
     framework_options: dict[str, str] = field(default_factory=dict)
     # The step's own matrix products (convolutions as their im2col GEMM) holding most of its
-    # matmul FLOPs: [batch, m, n, k, flops_per_step] each; the precision probe times these shapes.
+    # matmul FLOPs: [batch, m, n, k, flops_per_step] each; the batch-scaling and thread probes time
+    # these shapes. ``matmul_shapes``: the same of the plain matrix products alone (mm, addmm, bmm),
+    # ``conv_shapes`` the convolutions by their own parameters: the precision probe times these two.
     gemm_shapes: list[list[int]] = field(default_factory=list)
+    matmul_shapes: list[list[int]] = field(default_factory=list)
+    conv_shapes: list[ConvShape] = field(default_factory=list)
+    # The dtype most matrix-product FLOPs ran in ("float32", "bfloat16" under autocast, ...): the
+    # probes time the step's shapes in it.
+    gemm_dtype: str | None = None
+    # CPU runs: seconds inside ops on the counted step, per phase and bucket: "product" (matrix
+    # products and convolutions), "autocast_low" (ops whose inputs would all be bf16 under autocast),
+    # "autocast_fp32" (the rest); capture/op_counter.py says how an op is put in one.
+    op_s_by_phase: dict[str, dict[str, float]] = field(default_factory=dict)
     # torch.compile (only when the script imported dynamo): frames compiled and seconds compiling,
     # in all and during the counted steps (after warm-up), and the first guard-failure reasons.
     compile_frames: int | None = None

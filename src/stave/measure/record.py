@@ -77,6 +77,9 @@ class ProbeResults:
     # FLOP/s of the bf16 probe's fp32 matmul: turns the step's counted matmul/conv FLOPs into the
     # time autocast can shorten (the rest of forward/backward stays fp32).
     fp32_matmul_flops_per_s: float | None = None
+    # FLOP/s of the step's own matrix products in the dtype they ran in (bf16 under autocast; the
+    # fp32 rate for an fp32 step): the arithmetic floor of forward/backward (SMALL_BATCH, MFU).
+    matmul_flops_per_s: float | None = None
     # An unfused optimizer's step time over fused=True's and over foreach=True's (None: not probed,
     # or that implementation is the run's own), measured here on tensors of the run's optimizer's
     # own sizes (monitor/optimizer_probe.py); [tensors, values] of that probe.

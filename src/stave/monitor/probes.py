@@ -35,6 +35,7 @@ from typing import Callable
 import torch
 
 from stave import device as dev
+from stave.measure.config import ConvShape
 from stave.measure.record import ProbeResults
 
 log = logging.getLogger(__name__)
@@ -62,12 +63,15 @@ MAX_STARTUP_S = 2.0
 # when the pool exceeds the cores, switches thread pools (the first calls after a switch are slow),
 # times each of the step's GEMM shapes and their outputs at two thread counts, and one call of an
 # oversubscribed pool takes several times its normal time: it gets the largest share.
-_SHARES = {"bf16": 0.45, "fp32": 0.45, "batch_scale": 0.3, "threads": 1.2, "neighbour": 0.3, "overhead": 0.15}
+_SHARES = {"bf16": 0.45, "rate": 0.45, "batch_scale": 0.3, "threads": 1.2, "neighbour": 0.3, "overhead": 0.15}
 # The batch-scaling probe times each of the step's GEMM shapes at its batch rows and at this many
 # times them: wide enough apart that the line through the two times separates the per-call cost
 # from the per-row cost, while the larger operand stays a training-sized GEMM. 8x is also a
 # typical growth SMALL_BATCH names (it doubles while a doubling gains 5 %, up to 32x).
 BATCH_SCALE_GROWTH = 8
+# The share of the precision (or rate) probe's slice the step's own products may use: the rest is
+# left for one square GEMM when none of them fits, so a slow machine still gets an answer.
+OWN_SHAPES_SHARE = 0.75
 _SEED = 20240601
 # A shape's A/B pairs that differ by more than a quarter were disturbed: the same work timed back to
 # back varies by a few percent on a quiet core, so a larger spread means other load took the core.
@@ -204,39 +208,155 @@ class OwnShapesResult:
     disturbed: bool
 
 
-def _square_fp32_rate(device: torch.device, gen: torch.Generator, deadline: float) -> float | None:
-    """fp32 FLOP/s of one square GEMM (the largest of the sizes that fits before ``deadline``)."""
+def _square_fp32_rate(device: torch.device, gen: torch.Generator, deadline: float,
+                      dtype: torch.dtype = torch.float32) -> float | None:
+    """FLOP/s of one square GEMM in ``dtype`` (the largest of the sizes that fits before ``deadline``)."""
     sizes = CPU_MATMUL_SIZES if device.type == "cpu" else GPU_MATMUL_SIZES
 
     def make(size: int) -> Pair:
-        mm = _matmul(size, torch.float32, device, gen)
+        mm = _matmul(size, dtype, device, gen)
         return mm, mm
 
     result = _interleaved_ratio(sizes, make, device, deadline)
     return 2.0 * result.size**3 / result.a_s if result is not None and result.a_s > 0 else None
 
 
-def _own_shapes_probe(shapes: list[list[int]], device: torch.device, gen: torch.Generator,
-                      deadline: float, low: torch.dtype = torch.bfloat16) -> OwnShapesResult | None:
-    """Time each of the step's own GEMM shapes in fp32 and bf16 (interleaved) and combine them by
-    their share of the step: ``sum(count x t_fp32) / sum(count x t_bf16)``.
+# One probe call of the step's own products does at most this much work: a training-sized GEMM or
+# convolution (up to tens of GFLOP a call) is timed on fewer rows or samples instead, since its time
+# is linear in them once they are many, and the bf16/fp32 ratio and FLOP rate with it. 2^31 FLOP is
+# ~5 ms on a 2-core CPU in fp32, so several pairs of each shape fit the probe's share of the budget,
+# while a convolution keeps a few samples: on one sample (2^29) its operands fit the cache and its
+# bf16 gain read 1.83x where the step's own 32-sample convolutions measured 2.05x (docs/benchmarks.md).
+PROBE_CALL_FLOPS_MAX = 2**31
+# A dimension is cut down to no fewer than this many rows: below it a GEMM's time stops being
+# linear in its rows (per-call and per-tile costs), and the ratio measured would be a small GEMM's.
+PROBE_ROWS_MIN = 256
 
-    A shape whose pairs spread more than :data:`PROBE_SPREAD_MAX` is timed once more (the machine
-    moved under it); if it spreads again the result is marked ``disturbed``, never silently used.
-    ``low=torch.float32`` times fp32 against itself: only the fp32 rate is wanted (no native bf16).
-    """
-    usable = [s for s in shapes if len(s) >= 5 and s[4] > 0 and _prod_elems(s) <= MAX_PROBE_ELEMENTS]
-    if not usable:
+
+@dataclass(frozen=True)
+class ProductWork:
+    """One of the step's products as the probe runs it: ``make(dtype)`` builds one call (possibly
+    on fewer rows or samples than the step's), ``count`` is how many such calls make up the step's
+    FLOPs of that product, ``flops_per_step`` those FLOPs, ``label`` what the report names."""
+
+    make: Callable[[torch.dtype], Callable[[], object]]
+    count: float
+    flops_per_step: float
+    label: list[int]
+    convolution: bool = False
+
+
+def _gemm_work(dims: list[int], device: torch.device, gen: torch.Generator) -> ProductWork | None:
+    """A GEMM ``[batch, m, n, k, flops_per_step]``, its largest dimension cut so that one call stays
+    within :data:`PROBE_CALL_FLOPS_MAX` and :data:`MAX_PROBE_ELEMENTS` (never below
+    :data:`PROBE_ROWS_MIN`); None when it cannot be."""
+    if len(dims) < 5 or dims[4] <= 0:
         return None
-    t32 = t16 = flops = 0.0
+    full = [max(1, int(v)) for v in dims[:4]]
+    call_flops = 2.0 * full[0] * full[1] * full[2] * full[3]
+    cut = max(call_flops / PROBE_CALL_FLOPS_MAX, _prod_elems(full) / MAX_PROBE_ELEMENTS, 1.0)
+    probe = list(full)
+    if cut > 1.0:
+        i = max(range(4), key=lambda j: full[j])
+        probe[i] = max(PROBE_ROWS_MIN if i else 1, int(full[i] / cut))
+        if probe[i] >= full[i] or _prod_elems(probe) > MAX_PROBE_ELEMENTS:
+            return None
+    scale = full[0] * full[1] * full[2] * full[3] / (probe[0] * probe[1] * probe[2] * probe[3])
+    return ProductWork(make=lambda dtype: _gemm(probe, dtype, device, gen),
+                       count=float(dims[4]) / call_flops * scale, flops_per_step=float(dims[4]),
+                       label=[int(v) for v in dims[:5]])
+
+
+def _conv_work(conv: ConvShape, device: torch.device, gen: torch.Generator) -> ProductWork | None:
+    """A convolution call (forward, or its backward) on the step's own parameters, on fewer samples
+    when one call would exceed :data:`PROBE_CALL_FLOPS_MAX` (a convolution's time is linear in its
+    samples); None when the parameters do not build."""
+    shape = [int(v) for v in conv.input_shape]
+    if len(shape) < 3 or conv.flops_per_call <= 0 or conv.flops_per_step <= 0:
+        return None
+    samples = shape[0]
+    per_sample = conv.flops_per_call / max(samples, 1)
+    keep = max(1, min(samples, int(PROBE_CALL_FLOPS_MAX / max(per_sample, 1.0)),
+                      int(MAX_PROBE_ELEMENTS / max(1, _prod(shape[1:])))))
+    shape[0] = keep
+    args = (list(conv.stride), list(conv.padding), list(conv.dilation), bool(conv.transposed),
+            list(conv.output_padding), int(conv.groups))
+
+    def make(dtype: torch.dtype) -> Callable[[], object]:
+        x = torch.rand(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
+        w = torch.rand(list(conv.weight_shape), generator=gen, device=device, dtype=torch.float32).to(dtype)
+        if conv.channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+            w = w.contiguous(memory_format=torch.channels_last)
+        if not conv.backward:
+            return lambda: torch.ops.aten.convolution(x, w, None, *args)
+        grad = torch.ops.aten.convolution(x, w, None, *args)
+        grad = grad.contiguous(memory_format=torch.channels_last) if conv.channels_last and grad.dim() == 4 else grad
+        # The bias gradient is a reduction, not the product the probe is after: left out.
+        mask = (list(conv.output_mask) or [True, True])[:2] + [False]
+        return lambda: torch.ops.aten.convolution_backward(grad, x, w, None, *args, mask)
+
+    try:
+        make(torch.float32)
+    except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+        log.debug("convolution %s not rebuilt for the probe: %s", conv.input_shape, exc)
+        return None
+    calls = conv.flops_per_step / conv.flops_per_call
+    return ProductWork(make=make, count=calls * samples / keep, flops_per_step=float(conv.flops_per_step),
+                       label=[*conv.input_shape, *conv.weight_shape, int(conv.backward)], convolution=True)
+
+
+def _prod(values: list[int]) -> int:
+    out = 1
+    for v in values:
+        out *= max(1, int(v))
+    return out
+
+
+def own_products(matmuls: list[list[int]], convs: list[ConvShape], device: torch.device,
+                 gen: torch.Generator, share: float = 0.9, limit: int = 6) -> list[ProductWork]:
+    """The step's own products to time, largest FLOPs first, covering ``share`` of the FLOPs of
+    the given matrix products and convolutions together (at most ``limit`` of them)."""
+    candidates: list[tuple[float, Callable[[], ProductWork | None]]] = []
+    candidates += [(float(d[4]), lambda d=d: _gemm_work(d, device, gen)) for d in matmuls if len(d) >= 5]
+    candidates += [(float(c.flops_per_step), lambda c=c: _conv_work(c, device, gen)) for c in convs]
+    candidates.sort(key=lambda item: -item[0])
+    total = sum(f for f, _ in candidates)
+    out: list[ProductWork] = []
+    covered = 0.0
+    for flops, build in candidates:
+        if len(out) >= limit or (total and covered >= share * total):
+            break
+        work = build()
+        if work is not None:
+            out.append(work)
+            covered += flops
+    return out
+
+
+def _own_shapes_probe(work: list[ProductWork], device: torch.device, deadline: float,
+                      high: torch.dtype = torch.float32, low: torch.dtype = torch.bfloat16) -> OwnShapesResult | None:
+    """Time each of the step's own products in ``high`` and ``low`` (interleaved) and combine them
+    by their share of the step: ``sum(count x t_high) / sum(count x t_low)``.
+
+    A product whose pairs spread more than :data:`PROBE_SPREAD_MAX` is timed once more (the machine
+    moved under it); if it spreads again the result is marked ``disturbed``, never silently used.
+    ``low=high`` times one dtype against itself: only its FLOP rate is wanted.
+    """
+    if not work:
+        return None
+    t_high = t_low = flops = 0.0
     disturbed = False
     timed: list[list[int]] = []
-    for i, dims in enumerate(usable):
-        slice_s = max(0.0, deadline - time.perf_counter()) / (len(usable) - i)
-        slice_end = time.perf_counter() + slice_s
+    start = time.perf_counter()
+    slice_s = max(0.0, deadline - start) / len(work)
+    for i, item in enumerate(work):
+        # Each product keeps its own slice even when one before it overran (a convolution's first
+        # call builds its kernels, which no deadline can cut short): the later ones still get timed.
+        slice_end = max(start + slice_s * (i + 1), time.perf_counter() + slice_s)
 
-        def make(_size: int, dims: list[int] = dims) -> Pair:
-            return _gemm(dims, torch.float32, device, gen), _gemm(dims, low, device, gen)
+        def make(_size: int, item: ProductWork = item) -> Pair:
+            return item.make(high), item.make(low)
 
         result = _interleaved_ratio((1,), make, device, slice_end)
         if result is not None and result.spread > PROBE_SPREAD_MAX:
@@ -247,15 +367,13 @@ def _own_shapes_probe(shapes: list[list[int]], device: torch.device, gen: torch.
                 disturbed = True
         if result is None:
             continue
-        batch, m, n, k, step_flops = (int(v) for v in dims[:5])
-        count = step_flops / (2.0 * batch * m * n * k)
-        t32 += count * result.a_s
-        t16 += count * result.b_s
-        flops += step_flops
-        timed.append(list(dims))
-    if t16 <= 0 or t32 <= 0:
+        t_high += item.count * result.a_s
+        t_low += item.count * result.b_s
+        flops += item.flops_per_step
+        timed.append(item.label)
+    if t_low <= 0 or t_high <= 0:
         return None
-    return OwnShapesResult(ratio=t32 / t16, fp32_flops_per_s=flops / t32, shapes=timed, disturbed=disturbed)
+    return OwnShapesResult(ratio=t_high / t_low, fp32_flops_per_s=flops / t_high, shapes=timed, disturbed=disturbed)
 
 
 @dataclass(frozen=True)
@@ -290,8 +408,8 @@ def fixed_share_of_call(ratio_small_over_large: float, growth: int) -> float:
 
 
 def _batch_scale_probe(shapes: list[list[int]], batch_rows: set[int], device: torch.device,
-                       gen: torch.Generator, deadline: float) -> BatchScaleResult | None:
-    """Time each of the step's own GEMM shapes (fp32) at its batch rows and at
+                       gen: torch.Generator, deadline: float, dtype: torch.dtype = torch.float32) -> BatchScaleResult | None:
+    """Time each of the step's own GEMM shapes (in the step's ``dtype``) at its batch rows and at
     :data:`BATCH_SCALE_GROWTH` times them (interleaved), and weight each shape's per-call share by its
     time per step. Shapes without a batch dimension count as growing with the batch (the
     conservative side: they lower the fixed share). A shape whose pairs spread beyond
@@ -316,7 +434,7 @@ def _batch_scale_probe(shapes: list[list[int]], batch_rows: set[int], device: to
         slice_s = max(0.0, deadline - time.perf_counter()) / (len(planned) - i)
 
         def make(_size: int, dims: list[int] = dims, big: list[int] | None = big) -> Pair:
-            return _gemm(dims, torch.float32, device, gen), _gemm(big or dims, torch.float32, device, gen)
+            return _gemm(dims, dtype, device, gen), _gemm(big or dims, dtype, device, gen)
 
         result = _interleaved_ratio((1,), make, device, time.perf_counter() + slice_s)
         if result is not None and result.spread > PROBE_SPREAD_MAX:
@@ -354,8 +472,8 @@ class ThreadsResult:
     source: str
 
 
-def _elementwise(elements: int, gen: torch.Generator) -> Callable[[], object]:
-    x = torch.rand(max(1, int(elements)), generator=gen)
+def _elementwise(elements: int, gen: torch.Generator, dtype: torch.dtype = torch.float32) -> Callable[[], object]:
+    x = torch.rand(max(1, int(elements)), generator=gen).to(dtype)
     # An activation then a residual add: the memory-bound ops between a model's GEMMs, each split
     # over the intra-op threads, each paying their wake-up and barrier.
     return lambda: torch.nn.functional.gelu(x).add_(x)
@@ -383,7 +501,8 @@ def _weighted_ratio(work: list[tuple[float, Callable[[], object]]], deadline: fl
 
 
 def _threads_probe(torch_threads: int, cores: int, gen: torch.Generator, deadline: float,
-                   shapes: list[list[int]] | None = None) -> ThreadsResult | None:
+                   shapes: list[list[int]] | None = None, dtype: torch.dtype = torch.float32,
+                   convolutions: list[ProductWork] | None = None) -> ThreadsResult | None:
     """The same work at ``torch_threads`` over at ``cores`` threads: the step's GEMMs, and the
     elementwise ops on their outputs (half the budget each).
 
@@ -392,7 +511,10 @@ def _threads_probe(torch_threads: int, cores: int, gen: torch.Generator, deadlin
     themselves when all are small enough to fit (:data:`OWN_SHAPE_MAX_FLOPS`; larger ones are
     compute-bound like the square probe, which then stands in). A GEMM hides the threads' wake-ups
     and barrier behind its arithmetic, a memory-bound op on the same output does not. Without
-    shapes one square GEMM and one layer-sized activation stand in ("generic").
+    shapes one square GEMM and one layer-sized activation stand in ("generic"). A step whose
+    products include convolutions (``convolutions``: the step's own products, convolutions among
+    them) has those timed as they run, convolutions as convolutions: oneDNN's convolution kernels
+    pay an oversized pool differently from a GEMM of their im2col shape.
     """
     cpu = torch.device("cpu")
     setup_a = lambda: torch.set_num_threads(torch_threads)  # noqa: E731
@@ -402,12 +524,15 @@ def _threads_probe(torch_threads: int, cores: int, gen: torch.Generator, deadlin
     half = time.perf_counter() + max(0.0, deadline - time.perf_counter()) / 2
     gemm_ratio: float | None = None
     own_gemms = bool(usable) and all(2.0 * d[0] * d[1] * d[2] * d[3] <= OWN_SHAPE_MAX_FLOPS for d in usable)
-    if own_gemms:
-        gemm_ratio = _weighted_ratio([(c, _gemm(d, torch.float32, cpu, gen)) for c, d in zip(counts, usable)],
+    if convolutions:
+        gemm_ratio = _weighted_ratio([(w.count, w.make(dtype)) for w in convolutions], half, setup_a, setup_b)
+        own_gemms = gemm_ratio is not None
+    elif own_gemms:
+        gemm_ratio = _weighted_ratio([(c, _gemm(d, dtype, cpu, gen)) for c, d in zip(counts, usable)],
                                      half, setup_a, setup_b)
     if gemm_ratio is None:
         def make(size: int) -> Pair:
-            mm = _matmul(size, torch.float32, cpu, gen)
+            mm = _matmul(size, dtype, cpu, gen)
             return mm, mm
 
         square = _interleaved_ratio(CPU_MATMUL_SIZES, make, cpu, half, setup_a=setup_a, setup_b=setup_b)
@@ -415,8 +540,8 @@ def _threads_probe(torch_threads: int, cores: int, gen: torch.Generator, deadlin
         own_gemms = False
     if gemm_ratio is None:
         return None
-    outputs = [(c, _elementwise(d[0] * d[1] * d[2], gen)) for c, d in zip(counts, usable)] or \
-        [(1.0, _elementwise(GENERIC_ACTIVATION_ELEMENTS, gen))]
+    outputs = [(c, _elementwise(d[0] * d[1] * d[2], gen, dtype)) for c, d in zip(counts, usable)] or \
+        [(1.0, _elementwise(GENERIC_ACTIVATION_ELEMENTS, gen, dtype))]
     elementwise = _weighted_ratio(outputs, deadline, setup_a, setup_b)
     source = "own_shapes" if own_gemms else ("own_outputs" if usable else "generic")
     return ThreadsResult(gemm_ratio, elementwise, source)
@@ -490,27 +615,40 @@ def _overhead_probe(device: torch.device, deadline: float) -> float | None:
     return statistics.median(per_window) / OVERHEAD_OPS_PER_WINDOW
 
 
+# The dtypes a step's matrix products may run in that the probes rebuild (others: fp32 stands in).
+_PROBE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+                 "float64": torch.float64}
+
+
 def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float = 2.0,
-               gemm_shapes: list[list[int]] | None = None, batch_rows: set[int] | None = None) -> ProbeResults:
+               gemm_shapes: list[list[int]] | None = None, batch_rows: set[int] | None = None,
+               matmul_shapes: list[list[int]] | None = None, conv_shapes: list[ConvShape] | None = None,
+               gemm_dtype: str | None = None) -> ProbeResults:
     """Run the post-run probes within about ``budget_s`` seconds and return what they measured.
 
     ``torch_threads`` is the thread count the script ran with; ``gemm_shapes`` the step's own
-    matrix products (``[batch, m, n, k, flops_per_step]``), which the precision probe times instead
-    of one generic GEMM when given; ``batch_rows`` the sizes a dimension has when it is the
-    micro-batch (its samples, its tokens), which the batch-scaling probe grows. Probes that do not apply (bf16 on a
-    CPU without native bf16, threads when the script did not oversubscribe) are left ``None``.
+    matrix products (``[batch, m, n, k, flops_per_step]``, convolutions as their im2col GEMM), which
+    the batch-scaling and thread probes time; ``matmul_shapes`` and ``conv_shapes`` the plain matrix
+    products and the convolutions by their own parameters, which the precision probe times (without
+    them, ``gemm_shapes`` stand in); ``gemm_dtype`` the dtype the step's products ran in, which every
+    probe of the step's own shapes uses (a step already in bf16 has no bf16 question: its products'
+    FLOP rate is measured in bf16). ``batch_rows`` the sizes a dimension has when it is the
+    micro-batch (its samples, its tokens), which the batch-scaling probe grows. Probes that do not
+    apply (bf16 on a CPU without native bf16, threads when the script did not oversubscribe) are
+    left ``None``.
     """
     if budget_s <= 0:
         raise ValueError(f"budget_s must be > 0, got {budget_s}")
     device = dev.resolve_device(device)
     cores = dev.usable_cores()
+    job_dtype = _PROBE_DTYPES.get(gemm_dtype or "float32", torch.float32)
     planned = ["overhead"]
-    if dev.is_cuda(device) or dev.cpu_has_native_bf16():
+    if job_dtype == torch.float32 and (dev.is_cuda(device) or dev.cpu_has_native_bf16()):
         planned.append("bf16")
-    elif gemm_shapes:
-        # No bf16 question to answer, but the fp32 rate of the step's own GEMMs still tells which
-        # share of forward/backward is arithmetic (SMALL_BATCH's op-bound test): time fp32 alone.
-        planned.append("fp32")
+    elif gemm_shapes or matmul_shapes or conv_shapes:
+        # No bf16 question to answer, but the FLOP rate of the step's own products still tells which
+        # share of forward/backward is arithmetic (SMALL_BATCH's op-bound test, MFU): time it alone.
+        planned.append("rate")
     if gemm_shapes and batch_rows:
         planned.append("batch_scale")
     if torch_threads > cores:
@@ -523,11 +661,14 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
     gen = torch.Generator(device=device)
     gen.manual_seed(_SEED)
     cpu_gen = gen if device.type == "cpu" else torch.Generator().manual_seed(_SEED)
+    if matmul_shapes is None and conv_shapes is None:
+        matmul_shapes = gemm_shapes
+    work = own_products(matmul_shapes or [], conv_shapes or [], device, gen)
     start = time.perf_counter()
     spent_share = 0.0
     try:
         with torch.no_grad():
-            for name in ("bf16", "fp32", "batch_scale", "threads", "neighbour", "overhead"):
+            for name in ("bf16", "rate", "batch_scale", "threads", "neighbour", "overhead"):
                 if name not in planned:
                     continue
                 spent_share += _SHARES[name] / total_share
@@ -535,40 +676,50 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                 # large GEMM cannot be cut short): later probes are not starved into no answer.
                 deadline = max(start + budget_s * spent_share,
                                time.perf_counter() + budget_s * _SHARES[name] / total_share)
-                own = _own_shapes_probe(gemm_shapes, device, gen, deadline) if name == "bf16" and gemm_shapes else None
-                if own is not None:
-                    out.bf16_speedup = own.ratio
-                    out.bf16_probe_source = "own_shapes"
-                    out.bf16_probe_shapes = own.shapes
-                    out.bf16_probe_disturbed = own.disturbed
-                    out.fp32_matmul_flops_per_s = own.fp32_flops_per_s
-                elif name == "fp32":
-                    half = time.perf_counter() + max(0.0, deadline - time.perf_counter()) / 2
-                    rate = _own_shapes_probe(gemm_shapes or [], device, gen, half, low=torch.float32)
-                    out.fp32_matmul_flops_per_s = rate.fp32_flops_per_s if rate is not None else None
-                    if rate is None:
-                        # The step's shapes did not fit the budget (they are large, so compute-bound
+                if name == "bf16":
+                    # The step's own products first, within most of the slice; one square GEMM when
+                    # none could be timed (a compiled model's products are not counted).
+                    own_end = time.perf_counter() + OWN_SHAPES_SHARE * max(0.0, deadline - time.perf_counter())
+                    own = _own_shapes_probe(work, device, own_end) if work else None
+                    if own is not None:
+                        out.bf16_speedup = own.ratio
+                        out.bf16_probe_source = "own_shapes"
+                        out.bf16_probe_shapes = own.shapes
+                        out.bf16_probe_disturbed = own.disturbed
+                        out.fp32_matmul_flops_per_s = own.fp32_flops_per_s
+                    else:
+                        bf16 = _bf16_probe(device, gen, deadline)
+                        if bf16 is not None:
+                            out.bf16_speedup = bf16.ratio
+                            out.bf16_probe_shape = [bf16.size] * 3
+                            out.fp32_matmul_flops_per_s = 2 * bf16.size**3 / bf16.a_s
+                            out.bf16_probe_disturbed = bf16.spread > PROBE_SPREAD_MAX
+                    out.matmul_flops_per_s = out.fp32_matmul_flops_per_s
+                elif name == "rate":
+                    own_end = time.perf_counter() + OWN_SHAPES_SHARE * max(0.0, deadline - time.perf_counter())
+                    rate = _own_shapes_probe(work, device, own_end, high=job_dtype, low=job_dtype) if work else None
+                    flops_per_s = rate.fp32_flops_per_s if rate is not None else None
+                    if flops_per_s is None:
+                        # The step's products did not fit the budget (they are large, so compute-bound
                         # like a square GEMM): the square GEMM's rate stands in.
-                        out.fp32_matmul_flops_per_s = _square_fp32_rate(device, gen, deadline)
-                elif name == "bf16":
-                    bf16 = _bf16_probe(device, gen, deadline)
-                    if bf16 is not None:
-                        out.bf16_speedup = bf16.ratio
-                        out.bf16_probe_shape = [bf16.size] * 3
-                        out.fp32_matmul_flops_per_s = 2 * bf16.size**3 / bf16.a_s
-                        out.bf16_probe_disturbed = bf16.spread > PROBE_SPREAD_MAX
+                        flops_per_s = _square_fp32_rate(device, gen, deadline, job_dtype)
+                    out.matmul_flops_per_s = flops_per_s
+                    if job_dtype == torch.float32:
+                        out.fp32_matmul_flops_per_s = flops_per_s
                 elif name == "batch_scale":
                     # At no more threads than cores: the per-call cost an oversized pool adds is
                     # THREAD_OVERSUBSCRIPTION's (one cause, one finding), not the batch's.
                     torch.set_num_threads(max(1, min(torch_threads, cores)))
-                    scale = _batch_scale_probe(gemm_shapes or [], batch_rows or set(), device, gen, deadline)
+                    scale = _batch_scale_probe(gemm_shapes or [], batch_rows or set(), device, gen, deadline, job_dtype)
                     torch.set_num_threads(saved_threads)
                     if scale is not None:
                         out.gemm_fixed_share = scale.fixed_share
                         out.gemm_scale_probe = [BATCH_SCALE_GROWTH, scale.shapes]
                 elif name == "threads":
+                    with_convs = work if any(w.convolution for w in work) and device.type == "cpu" else None
                     threads = _threads_probe(torch_threads, cores, cpu_gen, deadline,
-                                             gemm_shapes if device.type == "cpu" else None)
+                                             gemm_shapes if device.type == "cpu" else None,
+                                             job_dtype if device.type == "cpu" else torch.float32, with_convs)
                     if threads is not None:
                         out.threads_speedup = threads.gemm_ratio
                         out.threads_elementwise_speedup = threads.elementwise_ratio

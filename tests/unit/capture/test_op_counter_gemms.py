@@ -43,3 +43,40 @@ def test_batch_rows_are_the_samples_and_the_tokens() -> None:
     assert batch_rows([t("float32", [4, 100, 40])]) == {4, 400}
     assert batch_rows([t("uint8", [32, 3, 224, 224])]) == {32}  # images: rows are the samples
     assert batch_rows([t("float32", [])]) == set()
+
+
+def test_cpu_op_times_are_bucketed_by_what_autocast_would_run_in_bf16() -> None:
+    from stave.measure.config import FULL_PRECISION, LOW_PRECISION, PRODUCT
+
+    # A conv block: its ReLU and pooling take the conv's (bf16 under autocast) output, so they would
+    # run in bf16; the fp32 input's own normalization, before any product, stays fp32.
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                          nn.Linear(8 * 8 * 8, 5))
+    x = torch.rand(4, 3, 16, 16)
+    phase = ["forward"]
+    with OpCounter(lambda: phase[0]) as counter:
+        y = model((x - 0.5) * 2.0)
+        loss = nn.functional.cross_entropy(y, torch.zeros(4, dtype=torch.long))
+        phase[0] = "backward"
+        loss.backward()
+    times = counter.op_s_by_phase()
+    for p in ("forward", "backward"):
+        assert times[p].get(PRODUCT, 0.0) > 0
+        assert times[p].get(LOW_PRECISION, 0.0) > 0
+    assert times["forward"].get(FULL_PRECISION, 0.0) > 0  # the input's scaling and the loss
+
+
+def test_a_residual_add_of_an_fp32_stream_stays_fp32() -> None:
+    from stave.measure.config import LOW_PRECISION
+
+    counter = OpCounter(lambda: "forward")
+    lin = nn.Linear(16, 16)
+    x = torch.rand(8, 16)
+    with counter:
+        h = lin(x)              # a product: bf16 under autocast
+        a = torch.relu(h)       # its activation: bf16 inputs only
+    low_after_activation = counter.op_s_by_phase()["forward"].get(LOW_PRECISION, 0.0)
+    with counter:
+        _ = x + a               # fp32 + bf16 promotes to fp32
+    assert counter.op_s_by_phase()["forward"].get(LOW_PRECISION, 0.0) == low_after_activation
+    assert counter._would_be_low(a) and not counter._would_be_low(x)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import random
 import time
 
@@ -156,9 +158,69 @@ def test_a_disturbed_shape_is_repeated_then_marked(monkeypatch) -> None:
 
     monkeypatch.setattr(probes, "_interleaved_ratio", spread_result)
     gen = torch.Generator().manual_seed(0)
-    out = probes._own_shapes_probe([[1, 8, 8, 8, 1024]], torch.device("cpu"), gen, time.perf_counter() + 0.5)
+    work = probes.own_products([[1, 8, 8, 8, 1024]], [], torch.device("cpu"), gen)
+    out = probes._own_shapes_probe(work, torch.device("cpu"), time.perf_counter() + 0.5)
     assert len(calls) == 2  # timed, disturbed, timed again
     assert out is not None and out.disturbed and out.ratio == pytest.approx(1.5)
+
+
+def test_a_training_sized_gemm_is_timed_on_fewer_rows_and_counted_back() -> None:
+    # A conv layer's im2col GEMM at batch 32, 96x96: 21.7 GFLOP a call, too much for one probe call.
+    dims = [1, 294912, 64, 576, 3 * 2 * 294912 * 64 * 576]
+    work = probes._gemm_work(dims, torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert work is not None
+    a = work.make(torch.float32)
+    out = a()
+    probe_flops = 2.0 * out.shape[0] * out.shape[1] * 576
+    assert probe_flops <= probes.PROBE_CALL_FLOPS_MAX and out.shape[1] == 64  # the rows were cut, not the columns
+    # count x one probe call's FLOPs = the step's FLOPs of that shape.
+    assert work.count * probe_flops == pytest.approx(dims[4], rel=1e-3)
+
+
+def test_a_convolution_is_timed_as_a_convolution_on_fewer_samples() -> None:
+    from torch import nn
+
+    from stave.capture.op_counter import OpCounter
+
+    conv = nn.Conv2d(8, 16, 3, padding=1)
+    x = torch.randn(4, 8, 32, 32)
+    with OpCounter(lambda: "forward") as counter:
+        conv(x).sum().backward()
+    shapes = counter.top_convs(share=1.0, limit=4)
+    assert {s.backward for s in shapes} == {False, True}
+    forward = next(s for s in shapes if not s.backward)
+    assert forward.input_shape == [4, 8, 32, 32] and forward.weight_shape == [16, 8, 3, 3]
+    assert forward.padding == [1, 1] and forward.flops_per_call == forward.flops_per_step > 0
+    for shape in shapes:
+        work = probes._conv_work(shape, torch.device("cpu"), torch.Generator().manual_seed(0))
+        assert work is not None and work.count == pytest.approx(1.0)  # 4 samples fit one call
+        for dtype in (torch.float32, torch.bfloat16):
+            result = work.make(dtype)()
+            outputs = [t for t in (result if isinstance(result, tuple) else (result,)) if t is not None]
+            assert outputs and all(t.dtype == dtype for t in outputs)
+    # A convolution too large for one call keeps fewer samples and counts the rest back.
+    big = dataclasses.replace(forward, input_shape=[4096, 8, 32, 32], flops_per_call=forward.flops_per_call * 1024,
+                              flops_per_step=forward.flops_per_call * 1024)
+    work = probes._conv_work(big, torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert work is not None and work.count > 1.0
+    assert work.count * forward.flops_per_call / 4 * (4096 / work.count) == pytest.approx(big.flops_per_step, rel=1e-6)
+
+
+def test_a_step_already_in_bf16_gets_its_rate_in_bf16_and_no_bf16_question(monkeypatch) -> None:
+    monkeypatch.setattr(dev, "cpu_has_native_bf16", lambda: True)
+    seen: list[torch.dtype] = []
+    real_gemm = probes._gemm
+
+    def spy(dims, dtype, device, gen):
+        seen.append(dtype)
+        return real_gemm(dims, dtype, device, gen)
+
+    monkeypatch.setattr(probes, "_gemm", spy)
+    shapes = [[1, 64, 32, 48, 2 * 64 * 32 * 48 * 10]]
+    result = run_probes(torch.get_num_threads(), "cpu", budget_s=1.0, gemm_shapes=shapes, gemm_dtype="bfloat16")
+    assert result.bf16_speedup is None
+    assert result.matmul_flops_per_s is not None and result.fp32_matmul_flops_per_s is None
+    assert seen and set(seen) == {torch.bfloat16}
 
 
 def test_neighbour_probe_times_a_busy_neighbour_and_leaves_no_process() -> None:

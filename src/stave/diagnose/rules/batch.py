@@ -182,7 +182,7 @@ def _op_bound(inp: DoctorInput, compute_s: float, ops: int, overhead_ns: float) 
     """Seconds of forward+backward that are per-op overhead when the ops are too small for their size
     to matter (all but the FLOPs' time); ``None`` when the FLOPs or the op cost say the data does work."""
     cfg = inp.record.config
-    rate = inp.record.probes.fp32_matmul_flops_per_s or MIN_FLOPS_PER_S
+    rate = inp.record.probes.matmul_flops_per_s or inp.record.probes.fp32_matmul_flops_per_s or MIN_FLOPS_PER_S
     flops = cfg.flops_by_phase.get("forward", 0) + cfg.flops_by_phase.get("backward", 0)
     flop_s = flops / rate
     if compute_s <= 0 or ops <= 0:
@@ -256,7 +256,7 @@ def _gemm_fixed_share(inp: DoctorInput, compute_s: float) -> float | None:
     """
     record = inp.record
     share = record.probes.gemm_fixed_share
-    rate = record.probes.fp32_matmul_flops_per_s
+    rate = record.probes.matmul_flops_per_s or record.probes.fp32_matmul_flops_per_s
     cfg = record.config
     if share is None or not rate or compute_s <= 0:
         return None

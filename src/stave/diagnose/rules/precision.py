@@ -17,6 +17,7 @@ from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
 from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, is_gpu, make_finding, phase_lines
 from stave.diagnose.shared_findings import AUTOCAST_PHASES, BF16_SINCE, NO_MIXED_PRECISION
+from stave.measure.config import LOW_PRECISION, PRODUCT
 
 # Below 1.3x the casts autocast adds around each matmul eat most of the gain (the issue's bar for
 # calling a CPU's bf16 "native"); the same bar keeps GPUs honest where the probe finds little.
@@ -25,31 +26,49 @@ BF16_MIN_RATIO = 1.3
 BF16_MIN_CAPABILITY = (BF16_SINCE, 0)
 
 
-def _matmul_time_s(inp: DoctorInput, gpu: bool) -> tuple[float, dict[str, float]]:
-    """Seconds per median step that autocast can run in bf16, with the bounds that set it.
+def _autocast_parts(inp: DoctorInput, gpu: bool) -> tuple[list[tuple[float, float]], dict[str, float]]:
+    """``(seconds per median step, speedup)`` of the part of forward and backward autocast speeds
+    up (its matrix products and convolutions, at the bf16 probe's ratio), with the numbers that set it.
 
-    Forward and backward also hold per-op dispatch (fixed, whatever the dtype) and elementwise ops
-    (autocast leaves them fp32). Dispatch is ops x the measured per-op cost (on CPU, where it is on
-    the timeline); matmul time is at most the counted matmul/conv FLOPs at the probe's fp32 rate.
+    Forward and backward also hold per-op dispatch (fixed, whatever the dtype): ops x the measured
+    per-op cost (on CPU, where it is on the timeline). On a CPU the FLOP counter timed every op of
+    a counted step where it ran: the products' share of those times is their share of the rest of
+    forward/backward. The ops whose inputs would all be bf16 under autocast (activations, pooling
+    and their gradients on the products' outputs) are reported but not credited: what they gain
+    follows the allocator and the cache more than the dtype (measured 2.6-4x inside a conv net's
+    step, 0.6-1.6x for the same op alone), so the estimate stays on the side of the products.
+    Without op times (a GPU, a compiled model) the products' time is at most the counted
+    matmul/conv FLOPs at the probe's fp32 rate.
     """
     record, summary = inp.record, inp.summary
-    cfg = record.config
+    cfg, probes = record.config, record.probes
     fwd_bwd = sum(phase_s(summary, p) for p in AUTOCAST_PHASES)
     parts: dict[str, float] = {"forward_backward_s": fwd_bwd}
     compute = fwd_bwd
-    overhead = record.probes.op_overhead_ns
+    overhead = probes.op_overhead_ns
     ops = sum(cfg.aten_ops_by_phase.get(p, 0) for p in AUTOCAST_PHASES)
     if not gpu and overhead is not None and ops:
         dispatch = min(fwd_bwd, ops * overhead / 1e9)
         parts["dispatch_s"] = dispatch
         compute = fwd_bwd - dispatch
-    rate = record.probes.fp32_matmul_flops_per_s
+    ratio = probes.bf16_speedup or 1.0
+    buckets: dict[str, float] = {}
+    for phase in AUTOCAST_PHASES:
+        for bucket, seconds in cfg.op_s_by_phase.get(phase, {}).items():
+            buckets[bucket] = buckets.get(bucket, 0.0) + seconds
+    counted = sum(buckets.values())
+    if not gpu and counted > 0 and buckets.get(PRODUCT, 0.0) > 0:
+        parts["product_share"] = buckets.get(PRODUCT, 0.0) / counted
+        parts["autocast_low_share"] = buckets.get(LOW_PRECISION, 0.0) / counted
+        parts["autocast_s"] = compute * parts["product_share"]
+        return [(parts["autocast_s"], ratio)], parts
+    rate = probes.fp32_matmul_flops_per_s
     flops = sum(cfg.flops_by_phase.get(p, 0) for p in AUTOCAST_PHASES) or cfg.flops_per_step
     if rate and flops:
         parts["matmul_s_at_probe_rate"] = flops / rate
         compute = min(compute, flops / rate)
     parts["autocast_s"] = compute
-    return compute, parts
+    return [(compute, ratio)], parts
 
 
 @rule("NO_MIXED_PRECISION", kind="doctor")
@@ -73,14 +92,15 @@ def no_mixed_precision(inp: DoctorInput) -> Finding | None:
             return None
     elif not cfg.bf16_native:
         return None
-    matmul_s, parts = _matmul_time_s(inp, gpu)
+    changed, parts = _autocast_parts(inp, gpu)
+    matmul_s = changed[0][0]
     model = step_inputs(record, summary)
     if model is None:
         return None
     if summary.step_time_mean_s > 0 and matmul_s / summary.step_time_mean_s < NO_MIXED_PRECISION.threshold.value:
         return None
-    # The matmul part of forward and backward runs `ratio` times faster; the model prices the step.
-    est = NO_MIXED_PRECISION.estimate(model, [(matmul_s, ratio)], summary.step_time_mean_s)
+    # The products of forward and backward run `ratio` times faster; the model prices the step.
+    est = NO_MIXED_PRECISION.estimate(model, changed, summary.step_time_mean_s)
     if est < REPORT_MIN_SPEEDUP:
         return None
     speed = dict(getattr(est, "after", model).phase_speed)
@@ -108,9 +128,12 @@ def no_mixed_precision(inp: DoctorInput) -> Finding | None:
         NO_MIXED_PRECISION.fix(device, tuple(cfg.device_capability) if gpu and cfg.device_capability else None),
         explanation=(
             "Estimate: the matmul/convolution time of forward and backward divided by the measured "
-            "bf16/fp32 ratio of the step's own GEMM shapes (weighted by their count per step; one "
-            "square GEMM where the shapes were not counted). That time is forward+backward less the "
-            "host's per-op dispatch, and at most the step's counted FLOPs at the probe's fp32 rate. "
+            "bf16/fp32 ratio of the step's own matrix products and convolutions (weighted by their "
+            "count per step; one square GEMM where they were not counted). That time is "
+            "forward+backward less the host's per-op dispatch times the products' share of a "
+            "counted step's op times (without those: at most the counted FLOPs at the probe's fp32 "
+            "rate). The activations and pooling on the products' outputs would run in bf16 too; "
+            "their gain is not counted, so a conv net often gains more than estimated. "
             "Check the loss curve against an fp32 run."
             + (" The probe's timings were disturbed by other load even after a repeat: the ratio is "
                "less certain." if probes.bf16_probe_disturbed else "")

@@ -83,7 +83,7 @@ def _backward_replay_s(inp: DoctorInput, hot_share: float) -> float | None:
     ops = record.config.aten_ops_by_phase
     loop_ops = ops.get("other", 0)
     backward_ops = ops.get("backward", 0)
-    rate = record.probes.fp32_matmul_flops_per_s
+    rate = record.probes.matmul_flops_per_s or record.probes.fp32_matmul_flops_per_s
     if not loop_ops or not rate or backward_ops <= 0:
         return None
     loop_nodes = min(loop_ops, max(0, backward_ops - BACKWARD_OPS_PER_FORWARD_OP * ops.get("forward", 0)))
