@@ -13,6 +13,8 @@ the installed transformers has: ``train_sampling_strategy="group_by_length"`` in
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 
 import numpy as np
@@ -72,6 +74,7 @@ def main() -> None:
         extra = ({"train_sampling_strategy": "group_by_length"} if "train_sampling_strategy" in fields
                  else {"group_by_length": True})
     out_dir = tempfile.mkdtemp(prefix="stave-planted-hf-")
+    atexit.register(shutil.rmtree, out_dir, True)
     training_args = TrainingArguments(
         output_dir=out_dir, per_device_train_batch_size=args.batch_size, max_steps=args.steps, learning_rate=5e-5,
         report_to="none", save_strategy="no", logging_strategy="no", use_cpu=True, bf16=native_bf16(),

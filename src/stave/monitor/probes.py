@@ -107,18 +107,21 @@ class RatioResult:
 
 
 def _interleaved_ratio(
-    sizes: tuple[int, ...],
-    make: Callable[[int], Pair],
+    sizes: tuple[float, ...],
+    make: Callable[[float], Pair],
     device: torch.device,
     deadline: float,
     setup_a: Callable[[], None] | None = None,
     setup_b: Callable[[], None] | None = None,
+    work_exponent: float = 3.0,
 ) -> RatioResult | None:
     """Median over A/B pairs of time(A) / time(B), the problem size it was measured at, and each
     side's median seconds per call.
 
     ``make(size)`` builds the two sides. The largest of ``sizes`` whose MIN_PAIRS pairs fit before
-    ``deadline`` is used (a slow or loaded machine gets a smaller GEMM rather than no answer);
+    ``deadline`` is used (a slow or loaded machine gets a smaller GEMM rather than no answer; a
+    call's work grows with ``size ** work_exponent``: a square GEMM's side cubed, 1 for a share of
+    a product's rows);
     ``None`` when even the smallest does not fit. ``setup_a``/``setup_b`` switch a setting before
     each side (the thread count); the first call after a switch is untimed, so the switch itself
     is not measured.
@@ -143,7 +146,7 @@ def _interleaved_ratio(
     left = deadline - time.perf_counter()
     for size in sizes:
         # A GEMM's work grows with the cube of its side.
-        if left >= MIN_PAIRS * (2 + untimed) * per_call * (size / sizes[0]) ** 3:
+        if left >= MIN_PAIRS * (2 + untimed) * per_call * (size / sizes[0]) ** work_exponent:
             break
     else:
         log.debug("probe skipped: %.3f s per call does not fit %.3f s left", per_call, left)
@@ -235,11 +238,13 @@ PROBE_ROWS_MIN = 256
 
 @dataclass(frozen=True)
 class ProductWork:
-    """One of the step's products as the probe runs it: ``make(dtype)`` builds one call (possibly
-    on fewer rows or samples than the step's), ``count`` is how many such calls make up the step's
-    FLOPs of that product, ``flops_per_step`` those FLOPs, ``label`` what the report names."""
+    """One of the step's products as the probe runs it: ``make(dtype, share)`` builds one call
+    (possibly on fewer rows or samples than the step's; ``share`` < 1 cuts it further, for a probe
+    whose calls run slower than the budget allows: an oversized thread pool), ``count`` is how many
+    calls of share 1 make up the step's FLOPs of that product, ``flops_per_step`` those FLOPs,
+    ``label`` what the report names."""
 
-    make: Callable[[torch.dtype], Callable[[], object]]
+    make: Callable[[torch.dtype, float], Callable[[], object]]
     count: float
     flops_per_step: float
     label: list[int]
@@ -262,7 +267,14 @@ def _gemm_work(dims: list[int], device: torch.device, gen: torch.Generator) -> P
         if probe[i] >= full[i] or _prod_elems(probe) > MAX_PROBE_ELEMENTS:
             return None
     scale = full[0] * full[1] * full[2] * full[3] / (probe[0] * probe[1] * probe[2] * probe[3])
-    return ProductWork(make=lambda dtype: _gemm(probe, dtype, device, gen),
+    largest = max(range(4), key=lambda j: probe[j])
+
+    def make(dtype: torch.dtype, share: float = 1.0) -> Callable[[], object]:
+        dims = list(probe)
+        dims[largest] = max(1, int(round(dims[largest] * share)))
+        return _gemm(dims, dtype, device, gen)
+
+    return ProductWork(make=make,
                        count=float(dims[4]) / call_flops * scale, flops_per_step=float(dims[4]),
                        label=[int(v) for v in dims[:5]])
 
@@ -282,8 +294,9 @@ def _conv_work(conv: ConvShape, device: torch.device, gen: torch.Generator) -> P
     args = (list(conv.stride), list(conv.padding), list(conv.dilation), bool(conv.transposed),
             list(conv.output_padding), int(conv.groups))
 
-    def make(dtype: torch.dtype) -> Callable[[], object]:
-        x = torch.rand(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
+    def make(dtype: torch.dtype, share: float = 1.0) -> Callable[[], object]:
+        cut = [max(1, int(round(shape[0] * share))), *shape[1:]]
+        x = torch.rand(cut, generator=gen, device=device, dtype=torch.float32).to(dtype)
         w = torch.rand(list(conv.weight_shape), generator=gen, device=device, dtype=torch.float32).to(dtype)
         if conv.channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
@@ -355,8 +368,8 @@ def _own_shapes_probe(work: list[ProductWork], device: torch.device, deadline: f
         # call builds its kernels, which no deadline can cut short): the later ones still get timed.
         slice_end = max(start + slice_s * (i + 1), time.perf_counter() + slice_s)
 
-        def make(_size: int, item: ProductWork = item) -> Pair:
-            return item.make(high), item.make(low)
+        def make(_size: float, item: ProductWork = item) -> Pair:
+            return item.make(high, 1.0), item.make(low, 1.0)
 
         result = _interleaved_ratio((1,), make, device, slice_end)
         if result is not None and result.spread > PROBE_SPREAD_MAX:
@@ -484,19 +497,31 @@ def _elementwise(elements: int, gen: torch.Generator, dtype: torch.dtype = torch
 OWN_SHAPE_MAX_FLOPS = 2 * 512**3
 
 
-def _weighted_ratio(work: list[tuple[float, Callable[[], object]]], deadline: float,
-                    setup_a: Callable[[], None], setup_b: Callable[[], None]) -> float | None:
-    """``sum(count x time at A) / sum(count x time at B)`` over ``(count, fn)``, interleaved, each
-    within an equal slice of what is left before ``deadline``; None when none fits."""
+# Shares of a product's call the thread probe falls back to when the full call's pairs do not fit
+# its slice: an oversized pool can run a call many times slower than the step's normal pool.
+THREADS_PROBE_CUTS = (1.0, 0.25, 0.0625)
+
+
+def _weighted_ratio(work: list[tuple[float, Callable[[float], Callable[[], object]]]], deadline: float,
+                    setup_a: Callable[[], None], setup_b: Callable[[], None],
+                    cuts: tuple[float, ...] = (1.0,)) -> float | None:
+    """``sum(count x time at A) / sum(count x time at B)`` over ``(count, make)``, interleaved, each
+    within an equal slice of what is left before ``deadline``; None when none fits. ``make(share)``
+    builds the work; the largest of ``cuts`` whose pairs fit is used, its time counted back by
+    ``1 / share`` (a share of a product's rows takes that share of its time)."""
     cpu = torch.device("cpu")
     many = few = 0.0
-    for i, (count, fn) in enumerate(work):
+    for i, (count, make) in enumerate(work):
         slice_end = time.perf_counter() + max(0.0, deadline - time.perf_counter()) / (len(work) - i)
-        result = _interleaved_ratio((1,), lambda _size, fn=fn: (fn, fn), cpu, slice_end,
-                                    setup_a=setup_a, setup_b=setup_b)
+
+        def pair(share: float, make: Callable[[float], Callable[[], object]] = make) -> Pair:
+            fn = make(share)
+            return fn, fn
+
+        result = _interleaved_ratio(cuts, pair, cpu, slice_end, setup_a=setup_a, setup_b=setup_b, work_exponent=1.0)
         if result is not None:
-            many += count * result.a_s
-            few += count * result.b_s
+            many += count / result.size * result.a_s
+            few += count / result.size * result.b_s
     return many / few if many > 0 and few > 0 else None
 
 
@@ -525,10 +550,11 @@ def _threads_probe(torch_threads: int, cores: int, gen: torch.Generator, deadlin
     gemm_ratio: float | None = None
     own_gemms = bool(usable) and all(2.0 * d[0] * d[1] * d[2] * d[3] <= OWN_SHAPE_MAX_FLOPS for d in usable)
     if convolutions:
-        gemm_ratio = _weighted_ratio([(w.count, w.make(dtype)) for w in convolutions], half, setup_a, setup_b)
+        gemm_ratio = _weighted_ratio([(w.count, lambda share, w=w: w.make(dtype, share)) for w in convolutions],
+                                     half, setup_a, setup_b, THREADS_PROBE_CUTS)
         own_gemms = gemm_ratio is not None
     elif own_gemms:
-        gemm_ratio = _weighted_ratio([(c, _gemm(d, dtype, cpu, gen)) for c, d in zip(counts, usable)],
+        gemm_ratio = _weighted_ratio([(c, lambda _share, d=d: _gemm(d, dtype, cpu, gen)) for c, d in zip(counts, usable)],
                                      half, setup_a, setup_b)
     if gemm_ratio is None:
         def make(size: int) -> Pair:
@@ -542,7 +568,7 @@ def _threads_probe(torch_threads: int, cores: int, gen: torch.Generator, deadlin
         return None
     outputs = [(c, _elementwise(d[0] * d[1] * d[2], gen, dtype)) for c, d in zip(counts, usable)] or \
         [(1.0, _elementwise(GENERIC_ACTIVATION_ELEMENTS, gen, dtype))]
-    elementwise = _weighted_ratio(outputs, deadline, setup_a, setup_b)
+    elementwise = _weighted_ratio([(c, lambda _share, fn=fn: fn) for c, fn in outputs], deadline, setup_a, setup_b)
     source = "own_shapes" if own_gemms else ("own_outputs" if usable else "generic")
     return ThreadsResult(gemm_ratio, elementwise, source)
 

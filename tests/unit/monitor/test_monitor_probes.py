@@ -261,7 +261,7 @@ def test_the_batch_dimension_is_the_one_equal_to_the_batch() -> None:
 def test_batch_scale_probe_weights_the_steps_shapes(monkeypatch) -> None:
     seen: list[tuple[int, ...]] = []
 
-    def fake(sizes, make, device, deadline, setup_a=None, setup_b=None):
+    def fake(sizes, make, device, deadline, setup_a=None, setup_b=None, work_exponent=3.0):
         small, large = make(1)
         seen.append(tuple(large().shape))
         # The batch-2 shape keeps its time at 8x the rows (per-call); the other has no batch dim.
@@ -289,7 +289,7 @@ def test_run_probes_measures_the_fixed_share_of_the_steps_gemms() -> None:
 def test_threads_probe_times_the_steps_gemms_and_the_elementwise_ops_on_their_outputs(monkeypatch) -> None:
     calls: list[str] = []
 
-    def fake(sizes, make, device, deadline, setup_a=None, setup_b=None):
+    def fake(sizes, make, device, deadline, setup_a=None, setup_b=None, work_exponent=3.0):
         a, _b = make(sizes[0])
         out = a()
         calls.append("gemm" if out.dim() == 2 else "elementwise")
@@ -305,3 +305,22 @@ def test_threads_probe_times_the_steps_gemms_and_the_elementwise_ops_on_their_ou
     assert out.gemm_ratio == pytest.approx(1.5) and out.elementwise_ratio == pytest.approx(3.0)
     generic = probes._threads_probe(8, 2, gen, time.perf_counter() + 0.5, None)
     assert generic is not None and generic.source == "generic" and generic.elementwise_ratio == pytest.approx(3.0)
+
+
+def test_a_product_too_slow_for_its_slice_is_timed_on_a_share_and_counted_back(monkeypatch) -> None:
+    seen: list[float] = []
+
+    def fake(sizes, make, device, deadline, setup_a=None, setup_b=None, work_exponent=3.0):
+        assert work_exponent == 1.0 and sizes == probes.THREADS_PROBE_CUTS
+        # Only the smallest share fits; its calls take that share of the full call's time.
+        share = sizes[-1]
+        make(share)
+        seen.append(share)
+        return probes.RatioResult(ratio=2.0, size=share, a_s=2e-3 * share, b_s=1e-3 * share, spread=0.0)
+
+    monkeypatch.setattr(probes, "_interleaved_ratio", fake)
+    built: list[float] = []
+    work = [(3.0, lambda share: built.append(share) or (lambda: None)), (1.0, lambda share: (lambda: None))]
+    ratio = probes._weighted_ratio(work, time.perf_counter() + 1.0, lambda: None, lambda: None, probes.THREADS_PROBE_CUTS)
+    assert ratio == pytest.approx(2.0) and built == [probes.THREADS_PROBE_CUTS[-1]]
+    assert seen == [probes.THREADS_PROBE_CUTS[-1]] * 2
