@@ -115,6 +115,9 @@ class ProbeResults:
     # ``gemm_scale_probe``: [growth, shapes with a batch dimension timed].
     gemm_fixed_share: float | None = None
     gemm_scale_probe: list[int] = field(default_factory=list)
+    # A shape's pairs spread beyond what a quiet core shows even after a repeat (other load): its
+    # median was kept, and the fixed share is marked less certain rather than dropped.
+    gemm_scale_disturbed: bool = False
 
 
 @dataclass

@@ -57,6 +57,11 @@ TARGET_PAIRS = 7
 MIN_PAIRS = 3
 # Calls per timed window at most: beyond ~50 the window is long enough and more pairs help more.
 MAX_REPS = 50
+# ... except where that many calls take under this long: a window of a few hundred microseconds (a
+# batch-2 GEMM in bf16 takes a few) is dominated by the clock's and the scheduler's jitter (tens of
+# microseconds a wake-up), so its pairs spread past PROBE_SPREAD_MAX on a quiet machine; such calls
+# get as many reps as fill a millisecond, within the budget.
+MIN_WINDOW_S = 1e-3
 # Library start-up excused from a probe's budget at most (see _interleaved_ratio).
 MAX_STARTUP_S = 2.0
 # Budget shares of the probes (renormalized over those that run). The thread probe, which only runs
@@ -155,7 +160,7 @@ def _interleaved_ratio(
         a, b = make(size)
         per_call = max(run(a, setup_a, 1), run(b, setup_b, 1), 1e-9)
         left = deadline - time.perf_counter()
-    reps = max(1, min(MAX_REPS, int((left / TARGET_PAIRS / per_call - untimed) / 2)))
+    reps = max(1, min(max(MAX_REPS, int(MIN_WINDOW_S / per_call)), int((left / TARGET_PAIRS / per_call - untimed) / 2)))
     times_a: list[float] = []
     times_b: list[float] = []
     while len(times_a) < TARGET_PAIRS:
@@ -395,6 +400,7 @@ class BatchScaleResult:
 
     fixed_share: float
     shapes: int
+    disturbed: bool = False
 
 
 def batch_dim(dims: list[int], batch_rows: set[int]) -> int | None:
@@ -443,6 +449,7 @@ def _batch_scale_probe(shapes: list[list[int]], batch_rows: set[int], device: to
         return None
     fixed = total = 0.0
     timed = 0
+    disturbed = False
     for i, (dims, big) in enumerate(planned):
         slice_s = max(0.0, deadline - time.perf_counter()) / (len(planned) - i)
 
@@ -451,8 +458,12 @@ def _batch_scale_probe(shapes: list[list[int]], batch_rows: set[int], device: to
 
         result = _interleaved_ratio((1,), make, device, time.perf_counter() + slice_s)
         if result is not None and result.spread > PROBE_SPREAD_MAX:
-            result = _interleaved_ratio((1,), make, device, time.perf_counter() + slice_s)
-        if result is None or result.spread > PROBE_SPREAD_MAX:
+            again = _interleaved_ratio((1,), make, device, time.perf_counter() + slice_s)
+            # Spread twice: other load moved the machine under it. Its median is kept and marked (a
+            # busy machine is when SMALL_BATCH must still be named), never silently trusted.
+            disturbed = disturbed or again is None or again.spread > PROBE_SPREAD_MAX
+            result = again if again is not None and again.spread < result.spread else result
+        if result is None:
             continue
         b, m, n, k, step_flops = (int(v) for v in dims[:5])
         per_step_s = step_flops / (2.0 * b * m * n * k) * result.a_s
@@ -462,7 +473,7 @@ def _batch_scale_probe(shapes: list[list[int]], batch_rows: set[int], device: to
             timed += 1
     if total <= 0 or not timed:
         return None
-    return BatchScaleResult(fixed_share=fixed / total, shapes=timed)
+    return BatchScaleResult(fixed_share=fixed / total, shapes=timed, disturbed=disturbed)
 
 
 def _prod_elems(dims: list[int]) -> int:
@@ -741,6 +752,7 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                     if scale is not None:
                         out.gemm_fixed_share = scale.fixed_share
                         out.gemm_scale_probe = [BATCH_SCALE_GROWTH, scale.shapes]
+                        out.gemm_scale_disturbed = scale.disturbed
                 elif name == "threads":
                     with_convs = work if any(w.convolution for w in work) and device.type == "cpu" else None
                     threads = _threads_probe(torch_threads, cores, cpu_gen, deadline,

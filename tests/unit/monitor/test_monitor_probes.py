@@ -281,8 +281,9 @@ def test_run_probes_measures_the_fixed_share_of_the_steps_gemms() -> None:
     shapes = [[1, 2, 256, 256, 2 * 2 * 256 * 256 * 14], [1, 256, 256, 2, 2 * 2 * 256 * 256 * 7]]
     result = run_probes(torch.get_num_threads(), "cpu", budget_s=1.0, gemm_shapes=shapes, batch_rows={2})
     assert result.gemm_fixed_share is not None and 0.0 <= result.gemm_fixed_share <= 1.0
-    # A shape whose pairs spread twice (a machine busy with other tests) is left out, never guessed.
+    # A shape whose pairs spread twice (a machine busy with other tests) is kept and marked disturbed.
     assert result.gemm_scale_probe[0] == probes.BATCH_SCALE_GROWTH and 1 <= result.gemm_scale_probe[1] <= 2
+    assert isinstance(result.gemm_scale_disturbed, bool)
     assert run_probes(torch.get_num_threads(), "cpu", budget_s=0.5, gemm_shapes=shapes).gemm_fixed_share is None
 
 
@@ -324,3 +325,19 @@ def test_a_product_too_slow_for_its_slice_is_timed_on_a_share_and_counted_back(m
     ratio = probes._weighted_ratio(work, time.perf_counter() + 1.0, lambda: None, lambda: None, probes.THREADS_PROBE_CUTS)
     assert ratio == pytest.approx(2.0) and built == [probes.THREADS_PROBE_CUTS[-1]]
     assert seen == [probes.THREADS_PROBE_CUTS[-1]] * 2
+
+
+def test_a_batch_scaling_shape_disturbed_twice_is_kept_and_marked(monkeypatch) -> None:
+    calls: list[int] = []
+
+    def spread_result(sizes, make, device, deadline, setup_a=None, setup_b=None, work_exponent=3.0):
+        calls.append(1)
+        return probes.RatioResult(ratio=0.5, size=1, a_s=1e-3, b_s=2e-3, spread=probes.PROBE_SPREAD_MAX * 2)
+
+    monkeypatch.setattr(probes, "_interleaved_ratio", spread_result)
+    shapes = [[1, 2, 64, 64, 2 * 2 * 64 * 64 * 4]]
+    out = probes._batch_scale_probe(shapes, {2}, torch.device("cpu"), torch.Generator().manual_seed(0),
+                                    time.perf_counter() + 0.5)
+    assert len(calls) == 2  # timed, disturbed, timed again
+    assert out is not None and out.disturbed and out.fixed_share == pytest.approx(
+        probes.fixed_share_of_call(0.5, probes.BATCH_SCALE_GROWTH))

@@ -432,7 +432,8 @@ def small_batch(inp: DoctorInput) -> Finding | None:
         **parts,
     }
     unit, size = ("micro-batch", micro) if accum >= 2 else ("batch", batch)
-    return make_finding(
+    evidence["gemm_scale_disturbed"] = record.probes.gemm_scale_disturbed
+    found = make_finding(
         "SMALL_BATCH",
         est,
         f"{share:.0%} of each step is fixed cost that does not grow with the {unit} of {size}",
@@ -443,5 +444,8 @@ def small_batch(inp: DoctorInput) -> Finding | None:
             f"sample or {size * growth}. The {unit} named is where the step "
             f"model predicts a further doubling gains under {REPORT_MIN_SPEEDUP:.2f}x (per-sample time "
             f"has stopped falling); estimate: samples/s at that {unit}, the step model before over after."
+            + (" The batch-scaling probe's timings were disturbed by other load even after a repeat: "
+               "the fixed share is less certain." if record.probes.gemm_scale_disturbed else "")
         ),
     )
+    return dataclasses.replace(found, certain=False) if record.probes.gemm_scale_disturbed else found
