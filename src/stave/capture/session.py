@@ -38,6 +38,7 @@ from stave.capture.steps import StepTracker
 from stave.files import atomic_write_json
 from stave.measure.config import ConfigSnapshot, TensorInfo, training_loader
 from stave.measure.record import RunInfo, RunRecord
+from stave.measure.steps import step_time_s
 from stave.measure.serialize import to_dict
 
 log = logging.getLogger(__name__)
@@ -343,8 +344,7 @@ class DoctorSession:
 
         threads = self.config.torch_threads or torch.get_num_threads()
         device = dev.resolve_device(None)
-        durations = sorted(s.duration_ns for s in self._record.steps if s.duration_ns > 0)
-        step_s = durations[len(durations) // 2] / 1e9 if durations else 0.0
+        step_s = step_time_s(s.duration_ns / 1e9 for s in self._record.steps if s.duration_ns > 0)
         budget_s = min(PROBE_BUDGET_MAX_S, max(PROBE_BUDGET_S, PROBE_BUDGET_STEPS * step_s))
         probes = run_probes(threads, device, budget_s=budget_s, gemm_shapes=self.config.gemm_shapes,
                             batch_rows=batch_rows(self.config.batch), matmul_shapes=self.config.matmul_shapes,

@@ -26,9 +26,9 @@ BF16_MIN_RATIO = 1.3
 BF16_MIN_CAPABILITY = (BF16_SINCE, 0)
 
 
-def _autocast_parts(inp: DoctorInput, gpu: bool) -> tuple[list[tuple[float, float]], dict[str, float]]:
-    """``(seconds per median step, speedup)`` of the part of forward and backward autocast speeds
-    up (its matrix products and convolutions, at the bf16 probe's ratio), with the numbers that set it.
+def _autocast_s(inp: DoctorInput, gpu: bool) -> tuple[float, dict[str, float]]:
+    """Seconds per median step of the part of forward and backward autocast speeds up (its matrix
+    products and convolutions), with the numbers that set it.
 
     Forward and backward also hold per-op dispatch (fixed, whatever the dtype): ops x the measured
     per-op cost (on CPU, where it is on the timeline). On a CPU the FLOP counter timed every op of
@@ -51,7 +51,6 @@ def _autocast_parts(inp: DoctorInput, gpu: bool) -> tuple[list[tuple[float, floa
         dispatch = min(fwd_bwd, ops * overhead / 1e9)
         parts["dispatch_s"] = dispatch
         compute = fwd_bwd - dispatch
-    ratio = probes.bf16_speedup or 1.0
     buckets: dict[str, float] = {}
     for phase in AUTOCAST_PHASES:
         for bucket, seconds in cfg.op_s_by_phase.get(phase, {}).items():
@@ -61,14 +60,14 @@ def _autocast_parts(inp: DoctorInput, gpu: bool) -> tuple[list[tuple[float, floa
         parts["product_share"] = buckets.get(PRODUCT, 0.0) / counted
         parts["autocast_low_share"] = buckets.get(LOW_PRECISION, 0.0) / counted
         parts["autocast_s"] = compute * parts["product_share"]
-        return [(parts["autocast_s"], ratio)], parts
+        return parts["autocast_s"], parts
     rate = probes.fp32_matmul_flops_per_s
     flops = sum(cfg.flops_by_phase.get(p, 0) for p in AUTOCAST_PHASES) or cfg.flops_per_step
     if rate and flops:
         parts["matmul_s_at_probe_rate"] = flops / rate
         compute = min(compute, flops / rate)
     parts["autocast_s"] = compute
-    return [(compute, ratio)], parts
+    return compute, parts
 
 
 @rule("NO_MIXED_PRECISION", kind="doctor")
@@ -92,15 +91,14 @@ def no_mixed_precision(inp: DoctorInput) -> Finding | None:
             return None
     elif not cfg.bf16_native:
         return None
-    changed, parts = _autocast_parts(inp, gpu)
-    matmul_s = changed[0][0]
+    matmul_s, parts = _autocast_s(inp, gpu)
     model = step_inputs(record, summary)
     if model is None:
         return None
     if summary.step_time_mean_s > 0 and matmul_s / summary.step_time_mean_s < NO_MIXED_PRECISION.threshold.value:
         return None
     # The products of forward and backward run `ratio` times faster; the model prices the step.
-    est = NO_MIXED_PRECISION.estimate(model, changed, summary.step_time_mean_s)
+    est = NO_MIXED_PRECISION.estimate(model, [(matmul_s, ratio)], summary.step_time_mean_s)
     if est < REPORT_MIN_SPEEDUP:
         return None
     speed = dict(getattr(est, "after", model).phase_speed)
