@@ -28,8 +28,6 @@ PLANTED = ROOT / "tests" / "planted"
 KNOWN_MISSES = {
     "contention_pil_workers": "CPU_CONTENTION sits at the 1.05x reporting bar on a 2-core EPYC (found in some "
                               "short runs, not in others), where the planted fix itself measured 0.64-0.70x",
-    "python_metric_loop": "the per-element metric loop reads as DATA_CPU_BOUND (its Python runs in the "
-                          "main process beside the loader)",
 }
 MIN_SCENARIOS = 40
 MIN_ROWS_PER_MECHANISM = 3
@@ -108,6 +106,26 @@ def test_judge_counts_a_wide_spread_as_a_miss():
                     measured_speedup=2.0, spread=0.1, findings=[["SMALL_BATCH", 2.9, "critical"]])
     driver.judge(ok)
     assert ok.estimate_within is True  # 2.9 / 2.0 = 1.45, inside 1.5x
+
+
+def test_a_fix_slower_in_every_pair_scores_the_row_as_a_control_of_its_finding():
+    def row(ratios, findings):
+        r = driver.Row("s", "v", "CPU_CONTENTION", "CPU_CONTENTION", 2, False, [], "median_step_s", 2,
+                       ratios=ratios, measured_speedup=sorted(ratios)[len(ratios) // 2], spread=0.1,
+                       findings=findings)
+        driver.judge(r)
+        return r
+
+    named = row([0.6, 0.7], [["CPU_CONTENTION", 1.2, "warning"]])
+    silent = row([0.6, 0.7], [["OPTIMIZER_UNFUSED", 1.1, "info"]])
+    mixed = row([0.9, 1.3], [["CPU_CONTENTION", 1.2, "warning"]])
+    assert driver.not_planted_here(named) and driver.not_planted_here(silent)
+    assert not driver.not_planted_here(mixed)  # one pair gained: still a planted row
+    s = driver.summary([named, silent, mixed])
+    assert s["top_right"] == [1, 1] and s["controls_clean"] == [1, 2]
+    assert "not planted here" in driver.render_markdown(
+        [named], {"date": "d", "machine": "m", "pairs": 2, "minutes": 1.0, "quick": True, "only": None,
+                  "load_min": 0.0, "load_max": 0.0, "command": "c"})
 
 
 def test_priority_order_covers_every_mechanism_before_any_hog_row():

@@ -9,6 +9,7 @@ prefixed with ``PLANTED-TIMING``, with the median and mean step time over the st
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import time
@@ -64,10 +65,13 @@ class StepTimer:
         print(TIMING_PREFIX + json.dumps(out), flush=True)
 
 
+@functools.lru_cache(maxsize=1)
 def native_bf16() -> bool:
     """Whether this CPU runs bf16 math natively (AVX512-BF16, AMX-BF16, Arm BF16), read from
     /proc/cpuinfo the way a user checks ``lscpu``. Without it, bf16 autocast on a CPU is emulated
-    through fp32 and slower than fp32, so no one would call bf16 the healthy choice there."""
+    through fp32 and slower than fp32, so no one would call bf16 the healthy choice there. Read once:
+    a script decides its precision once, and re-reading the file every step (as this did) put
+    about 0.1 ms of Python (0.12 ms measured on a 2-core EPYC) into every planted step."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             flags = {word for line in f if line.startswith(("flags", "Features")) for word in line.split()}

@@ -7,6 +7,7 @@ cores than the machine has: every op of the step waits for a core.
 
 ``--fixed``: one worker per spare core (``cores - 1``, at least one; ``--fixed-workers N``: N), the split that leaves torch
 its cores; the same transforms, the same training.
+``--fixed --fixed-threads N``: the other split, ``torch.set_num_threads(N)`` beside the same workers.
 """
 
 from __future__ import annotations
@@ -37,14 +38,18 @@ class RandomImages(Dataset):
 
 
 def main() -> None:
-    args = planted_args(__doc__.splitlines()[0], workers=6, batch_size=32, width=32, fixed_workers=0)
+    args = planted_args(__doc__.splitlines()[0], workers=6, batch_size=32, width=32, fixed_workers=0, fixed_threads=0)
     torch.manual_seed(0)
     tf = transforms.Compose([
         transforms.RandomResizedCrop(64), transforms.GaussianBlur(5, sigma=1.5), transforms.ColorJitter(0.3, 0.3, 0.3),
         transforms.ToTensor(), transforms.Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)),
     ])
     cores = len(os.sched_getaffinity(0))
-    workers = (args.fixed_workers or max(1, cores - 1)) if args.fixed else args.workers
+    # --fixed-threads N: the other split the doctor may name, fewer intra-op threads beside the same workers.
+    spare = args.workers if args.fixed_threads else max(1, cores - 1)
+    workers = (args.fixed_workers or spare) if args.fixed else args.workers
+    if args.fixed and args.fixed_threads:
+        torch.set_num_threads(args.fixed_threads)
     loader = DataLoader(RandomImages(1024, 96, tf), batch_size=args.batch_size, shuffle=True, num_workers=workers,
                         persistent_workers=True, prefetch_factor=4)
     w = args.width

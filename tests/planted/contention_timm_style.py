@@ -6,6 +6,7 @@ workers, SGD with Nesterov momentum, a cosine schedule. On a machine with few co
 workers' augmentation competes with the trainer's threads for the same cores.
 
 ``--fixed``: ``-j 1`` (one worker per spare core; ``--fixed-workers N``: N); everything else the same.
+``--fixed --fixed-threads N``: the other split, ``torch.set_num_threads(N)`` beside the same workers.
 """
 
 from __future__ import annotations
@@ -36,14 +37,18 @@ class FakeImageFolder(Dataset):
 
 
 def main() -> None:
-    args = planted_args(__doc__.splitlines()[0], workers=8, batch_size=32, img_size=64, fixed_workers=0)
+    args = planted_args(__doc__.splitlines()[0], workers=8, batch_size=32, img_size=64, fixed_workers=0, fixed_threads=0)
     torch.manual_seed(0)
     train_tf = transforms.Compose([
         transforms.RandomResizedCrop(args.img_size), transforms.RandomHorizontalFlip(),
         transforms.RandAugment(num_ops=2, magnitude=9), transforms.ToTensor(),
         transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)), transforms.RandomErasing(0.25),
     ])
-    workers = (args.fixed_workers or max(1, len(os.sched_getaffinity(0)) - 1)) if args.fixed else args.workers
+    # --fixed-threads N: the other split the doctor may name, fewer intra-op threads beside the same workers.
+    spare = args.workers if args.fixed_threads else max(1, len(os.sched_getaffinity(0)) - 1)
+    workers = (args.fixed_workers or spare) if args.fixed else args.workers
+    if args.fixed and args.fixed_threads:
+        torch.set_num_threads(args.fixed_threads)
     loader = DataLoader(FakeImageFolder(512, train_tf), batch_size=args.batch_size, shuffle=True,
                         num_workers=workers, persistent_workers=True, drop_last=True)
     model = models.resnet18(num_classes=100)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
 
 def main() -> None:
@@ -20,7 +20,8 @@ def main() -> None:
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(8192, 256, generator=gen), torch.randint(0, 10, (8192,), generator=gen))
-    loader = DataLoader(data, batch_size=args.batch_size, shuffle=True)
+    # Whole batches by one index (no per-sample fetch): the data path is not what this script plants.
+    loader = DataLoader(data, batch_size=None, sampler=BatchSampler(RandomSampler(data), args.batch_size, drop_last=False))
     model = nn.Sequential(nn.Linear(256, args.hidden), nn.GELU(), nn.Linear(args.hidden, args.hidden), nn.GELU(),
                           nn.Linear(args.hidden, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
 
 def per_sample_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -28,7 +28,8 @@ def main() -> None:
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
     dataset = TensorDataset(torch.randn(4096, 256, generator=gen), torch.randint(0, 10, (4096,), generator=gen))
-    loader = DataLoader(dataset, batch_size=128, shuffle=True)
+    # Whole batches by one index (no per-sample fetch): the data path is not what this script plants.
+    loader = DataLoader(dataset, batch_size=None, sampler=BatchSampler(RandomSampler(dataset), 128, drop_last=False))
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
     timer = StepTimer(args.steps, args.warmup)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from _timing import StepTimer, cpu_autocast, planted_args
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
 CLASSES = 10
 
@@ -22,7 +22,8 @@ def main() -> None:
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(8192, 128, generator=gen), torch.randint(0, CLASSES, (8192,), generator=gen))
-    loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, drop_last=True)
+    # Whole batches by one index (no per-sample fetch): the data path is not what this script plants.
+    loader = DataLoader(data, batch_size=None, sampler=BatchSampler(RandomSampler(data), args.batch_size, drop_last=True))
     model = nn.Sequential(nn.Linear(128, args.hidden), nn.ReLU(), nn.Linear(args.hidden, CLASSES))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     confusion = [[0] * CLASSES for _ in range(CLASSES)]

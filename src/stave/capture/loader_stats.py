@@ -202,7 +202,7 @@ def in_fetch() -> bool:
     return getattr(_local, "in_fetch", False)
 
 
-def _timed_getitem(stats: LoaderStats, get: Any, arg: Any) -> Any:
+def _timed_getitem(stats: LoaderStats, get: Any, arg: Any, samples: int = 1) -> Any:
     _local.transform_wall_ns = 0
     _local.transform_cpu_ns = 0
     t0 = time.perf_counter_ns()
@@ -210,11 +210,11 @@ def _timed_getitem(stats: LoaderStats, get: Any, arg: Any) -> Any:
     item = get(arg)
     wall = time.perf_counter_ns() - t0
     cpu = time.thread_time_ns() - c0
-    stats.samples += 1
+    stats.samples += samples
     stats.getitem_wall_ns += wall
     stats.getitem_cpu_ns += cpu
     # "load" is what __getitem__ did besides its transforms: file reads and decode, mostly.
-    stats.stage("load", 1, max(0, wall - _local.transform_wall_ns), max(0, cpu - _local.transform_cpu_ns))
+    stats.stage("load", samples, max(0, wall - _local.transform_wall_ns), max(0, cpu - _local.transform_cpu_ns))
     return item
 
 
@@ -254,8 +254,10 @@ def timed_map_fetch(fetcher: Any, possibly_batched_index: Any) -> Any:
                 data = [_timed_getitem(stats, dataset.__getitem__, idx) for idx in possibly_batched_index]
             n = len(data)
         else:
-            data = _timed_getitem(stats, dataset.__getitem__, possibly_batched_index)
-            n = 1
+            # batch_size=None: one __getitem__ per index the sampler gives; a BatchSampler's index
+            # is a list, and the call fetches that many samples at once (whole-batch indexing).
+            n = _index_samples(possibly_batched_index)
+            data = _timed_getitem(stats, dataset.__getitem__, possibly_batched_index, n)
         out = _timed_collate(stats, fetcher.collate_fn, data, n)
         stats.batches += 1
         stats.end_fetch(first)
@@ -265,6 +267,17 @@ def timed_map_fetch(fetcher: Any, possibly_batched_index: Any) -> Any:
         stats.add_io(io_before, _io_counters())
         stats.add_run_delay(delay_before, _run_delay_ns())
         stats.maybe_flush()
+
+
+def _index_samples(index: Any) -> int:
+    """Samples one ``__getitem__(index)`` fetches: the length of a list/tuple/range/1-d tensor of
+    indices, else 1 (a single key)."""
+    if isinstance(index, (list, tuple, range)):
+        return max(1, len(index))
+    shape = getattr(index, "shape", None)
+    if shape is not None and len(shape) == 1:
+        return max(1, int(shape[0]))
+    return 1
 
 
 def timed_iterable_fetch(fetcher: Any, possibly_batched_index: Any) -> Any:

@@ -21,6 +21,7 @@ the last evaluation forward: the training phases and samples leave it out.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -60,6 +61,31 @@ class _PendingStep:
     warmup: bool = False
     profiled: bool = False
     flop_counted: bool = False
+    rss_bytes: int = 0
+
+
+class _ResidentMemory:
+    """The process's resident bytes from ``/proc/self/statm``, read through one open descriptor
+    (a ``pread`` costs microseconds, small beside a step); 0 where the file is absent."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        self._pid = -1
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self._absent = False
+
+    def read(self) -> int:
+        if self._absent:
+            return 0
+        try:
+            if self._fd is None or self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._fd = os.open("/proc/self/statm", os.O_RDONLY)
+            fields = os.pread(self._fd, 128, 0).split()
+            return int(fields[1]) * self._page
+        except (OSError, ValueError, IndexError):
+            self._absent = True  # not Linux, or no procfs: stop trying
+            return 0
 
 
 class StepTracker:
@@ -76,6 +102,7 @@ class StepTracker:
         self.timeline: list[PhaseSpan] = []
         self.step_index = 0
         self.active: str | None = None
+        self._rss = _ResidentMemory()
         self._active_start: Mark | None = None
         self._active_samples = 0
         self._active_bytes = 0
@@ -191,7 +218,7 @@ class StepTracker:
         mine = [s for s in self._spans if s.start.host_ns < end.host_ns]
         self._spans = [s for s in self._spans if s.start.host_ns >= end.host_ns]
         warmup, profiled, flop = self.classify(index)
-        pending = _PendingStep(index, self._step_start, end, mine, warmup, profiled, flop)
+        pending = _PendingStep(index, self._step_start, end, mine, warmup, profiled, flop, self._rss.read())
         self._pending.append(pending)
         self._step_start = end
         self.step_index = index + 1
@@ -219,6 +246,7 @@ class StepTracker:
             profiled=p.profiled,
             flop_counted=p.flop_counted,
             device_timed=p.end.event is not None,
+            rss_bytes=p.rss_bytes,
         )
         eval_runs = eval_runs_of([span.phase for span in p.spans])
         in_eval = {i for first, last in eval_runs for i in range(first, last + 1)}

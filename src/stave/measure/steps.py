@@ -72,6 +72,9 @@ class StepRecord:
     profiled: bool = False
     flop_counted: bool = False
     device_timed: bool = False
+    # The main process's resident memory at the step's end (0: not read): a leak's line for a run
+    # too short for the host sampler's ~10 Hz samples to draw one.
+    rss_bytes: int = 0
 
     @property
     def wall_ns(self) -> int:

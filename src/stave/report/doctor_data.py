@@ -170,6 +170,7 @@ def steps_section(record: RunRecord, origin_ns: int | None = None) -> list[dict[
                 "profiled": s.profiled,
                 "flop_counted": s.flop_counted,
                 "device_timed": s.device_timed,
+                "rss_bytes": s.rss_bytes or None,
             }
         )
     return rows

@@ -103,3 +103,18 @@ def test_the_first_batch_is_kept_apart(tmp_path: Path, instrumented: LoaderStats
     assert 0 < instrumented.first_batch_wall_ns <= sum(s.wall_ns for s in instrumented.stages.values())
     stats = instrumented.to_worker_stats()
     assert stats.first_batch_samples == 4 and stats.first_batch_cpu_ns == instrumented.first_batch_cpu_ns
+
+
+def test_whole_batch_indexing_counts_the_batch_samples(instrumented: LoaderStats) -> None:
+    """batch_size=None with a BatchSampler: one __getitem__ per batch, fetching that batch's samples,
+    so the per-sample cost is the call's cost over its samples (a single key still counts one)."""
+    from torch.utils.data import BatchSampler, SequentialSampler, TensorDataset
+
+    data = TensorDataset(torch.arange(20.0).reshape(10, 2), torch.arange(10))
+    loader = DataLoader(data, batch_size=None, sampler=BatchSampler(SequentialSampler(data), 4, drop_last=False))
+    got = [y.tolist() for _x, y in loader]
+    assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert instrumented.samples == 10 and instrumented.batches == 3
+    assert instrumented.stages["load"].samples == 10
+    single = [int(y) for _x, y in DataLoader(data, batch_size=None)]
+    assert single == list(range(10)) and instrumented.samples == 20 and instrumented.batches == 13

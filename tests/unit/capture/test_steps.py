@@ -149,3 +149,28 @@ def test_only_forward_and_backward_interrupt_the_optimizer() -> None:
     fwd = tr.enter("forward")
     assert tr.enter("backward") is False  # forward is not interruptible
     tr.exit(fwd)
+
+
+def test_each_step_reads_the_resident_memory_it_ends_with() -> None:
+    """Every closed step carries the process's RSS at its end (Linux procfs), and a buffer kept
+    alive across steps shows up in it."""
+    import mmap
+    import sys
+
+    import pytest
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("/proc/self/statm is Linux's")
+    tr = StepTracker(FakeClock())
+    kept = []
+    for _ in range(3):
+        _one_step(tr, [1])
+        # 16 MiB of fresh anonymous pages, written so they are resident (a heap allocation could
+        # reuse pages an earlier test freed, already resident).
+        buf = mmap.mmap(-1, 16 * 2**20)
+        buf.write(b"x" * len(buf))
+        kept.append(buf)
+    tr.finish()
+    rss = [s.rss_bytes for s in tr.steps]
+    assert all(r > 0 for r in rss)
+    assert rss[-1] - rss[0] >= 12 * 2**20  # a later step ends with at least one more 16 MiB buffer

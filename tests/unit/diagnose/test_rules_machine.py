@@ -126,6 +126,16 @@ def test_machine_busy_silent_on_a_quiet_machine_and_with_others_on_cores_the_job
     assert run_rule("MACHINE_BUSY", rec) is None
 
 
+def test_machine_busy_needs_three_sampler_windows():
+    """A run of a few fast steps has one or two sampler windows, at its edges (the script's start,
+    the doctor's post-run probes in a child process): they say nothing about other processes."""
+    for kept, fires in ((1, False), (2, False), (3, True)):
+        rec = busy_record(other_cores=1.9)
+        counted = [h for h in rec.host if h.step in {s.index for s in rec.counted_steps()}]
+        rec.host = counted[:kept]
+        assert (run_rule("MACHINE_BUSY", rec) is not None) is fires, kept
+
+
 def test_the_jobs_other_ranks_on_the_node_are_not_a_busy_machine():
     # A second rank of the same torchrun job holds 1.9 cores: the job, not another job.
     rec = busy_record(other_cores=1.9)
