@@ -597,11 +597,15 @@ def hog_consistent(quiet: Row, hogged: Row) -> bool:
 # naming it would send the user to a change that slows the job. Such a row is scored as a control of
 # that finding: right when the doctor does not name it.
 NOT_PLANTED_MAX_RATIO = 1.0
+# Findings about a failure, not speed (est_speedup 1.0 by design: a leak that ends in an OOM kill,
+# a handle that breaks in a forked worker): their fix need not be faster, so their rows stay planted.
+RISK_FINDINGS = frozenset({"MEMORY_GROWTH", "FORK_UNSAFE_HANDLE"})
 
 
 def not_planted_here(row: Row) -> bool:
     """The row's fix slowed the job in every measured pair (see :data:`NOT_PLANTED_MAX_RATIO`)."""
-    return bool(row.expect) and row.status == "ok" and bool(row.ratios) and max(row.ratios) < NOT_PLANTED_MAX_RATIO
+    return (bool(row.expect) and row.expect not in RISK_FINDINGS and row.status == "ok" and bool(row.ratios)
+            and max(row.ratios) < NOT_PLANTED_MAX_RATIO)
 
 
 def _clean(row: Row) -> bool | None:

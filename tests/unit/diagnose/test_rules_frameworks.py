@@ -148,6 +148,28 @@ def test_eval_overhead_from_the_wall_share():
     assert run_rule("EVAL_OVERHEAD", healthy_record()) is None
 
 
+def test_eval_overhead_prices_the_first_evaluation_as_the_later_ones():
+    # The first evaluation pays one-time costs (new shapes' kernels, the loader's first iterator):
+    # 200 ms against 15 ms for each later one; evaluating more rarely saves the later ones' cost.
+    steps = make_steps()
+    with_eval = [s for s in steps if s.counted][::5]
+    for i, s in enumerate(with_eval):
+        s.eval_ns = 200_000_000 if i == 0 else 15_000_000
+        s.end_ns += s.eval_ns
+    rec = healthy_record(steps=steps)
+    evals = [s.eval_ns for s in rec.counted_steps() if s.eval_ns > 0]
+    assert len(evals) >= 3 and max(evals) == 200_000_000
+    train = sum(s.duration_ns for s in rec.counted_steps())
+    steady = 15_000_000 * len(evals) / (train + 15_000_000 * len(evals))
+    assert evaluation.steady_eval_share(rec.counted_steps()) == pytest.approx(steady)
+    assert summarize_steps(rec.steps).eval_share > steady
+    f = run_rule("EVAL_OVERHEAD", rec)
+    assert f is None or f.evidence["eval_share_of_wall"] == pytest.approx(steady)
+    # One evaluation alone stands as measured.
+    first = with_eval[0]
+    assert evaluation.steady_eval_share([first]) == pytest.approx(0.2 / (0.2 + first.duration_ns / 1e9))
+
+
 def test_eval_interval_from_the_1_2_5_series():
     assert [evaluation.nice_at_least(v) for v in (0.5, 1, 3, 5, 7, 11, 200, 201, 999)] == \
         [1, 1, 5, 5, 10, 20, 200, 500, 1000]
