@@ -270,9 +270,10 @@ def timed_map_fetch(fetcher: Any, possibly_batched_index: Any) -> Any:
 
 
 def _index_samples(index: Any) -> int:
-    """Samples one ``__getitem__(index)`` fetches: the length of a list/tuple/range/1-d tensor of
-    indices, else 1 (a single key)."""
-    if isinstance(index, (list, tuple, range)):
+    """Samples one ``__getitem__(index)`` fetches: the length of a list, range or 1-d tensor/array of
+    indices (what a BatchSampler or a batched sampler yields), else 1. A tuple stays one key: samplers
+    yield ``(index, scale)`` or ``(file, offset)`` pairs for a single sample."""
+    if isinstance(index, (list, range)):
         return max(1, len(index))
     shape = getattr(index, "shape", None)
     if shape is not None and len(shape) == 1:

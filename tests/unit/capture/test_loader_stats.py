@@ -118,3 +118,5 @@ def test_whole_batch_indexing_counts_the_batch_samples(instrumented: LoaderStats
     assert instrumented.stages["load"].samples == 10
     single = [int(y) for _x, y in DataLoader(data, batch_size=None)]
     assert single == list(range(10)) and instrumented.samples == 20 and instrumented.batches == 13
+    assert loader_stats._index_samples((3, 224)) == 1  # a composite key for one sample
+    assert loader_stats._index_samples(torch.arange(5)) == 5 and loader_stats._index_samples(7) == 1
