@@ -399,7 +399,13 @@ def named_fix_args(scenario: Scenario, findings: Sequence[dict[str, Any]]) -> li
         finding = Finding(**fields)
     except (TypeError, ValueError):
         return []
-    return hand_fix_args(scenario, plan_for(finding, allow_learning_changes=True).label())
+    plan = plan_for(finding, allow_learning_changes=True)
+    changed = finding.evidence.get("model_inputs_changed") or {}
+    if not plan.injectable and set(changed) == {"load_cpu_s"}:
+        # A split that moves per-sample work to one op on the batch is a code change (no injection):
+        # the scenario's own option applies it by hand.
+        return hand_fix_args(scenario, "batch_transform=1")
+    return hand_fix_args(scenario, plan.label())
 
 
 def measure_row(scenario: Scenario, variant: Variant, pairs: int, steps: int, tmp: Path) -> Row:

@@ -8,6 +8,9 @@ cores than the machine has: every op of the step waits for a core.
 ``--fixed``: one worker per spare core (``cores - 1``, at least one; ``--fixed-workers N``: N), the split that leaves torch
 its cores; the same transforms, the same training.
 ``--fixed --fixed-threads N``: the other split, ``torch.set_num_threads(N)`` beside the same workers.
+``--fixed --fixed-batch-transforms 1``: the third split, the same workers and threads with the blur, colour
+jitter and normalization applied to the collated batch in the loop (one torch op per batch; the jitter's
+factors are then drawn per batch, not per sample); the workers only crop.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from PIL import Image
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms
+from torchvision.transforms import v2
 
 
 class RandomImages(Dataset):
@@ -38,15 +42,23 @@ class RandomImages(Dataset):
 
 
 def main() -> None:
-    args = planted_args(__doc__.splitlines()[0], workers=6, batch_size=32, width=32, fixed_workers=0, fixed_threads=0)
+    args = planted_args(__doc__.splitlines()[0], workers=6, batch_size=32, width=32, fixed_workers=0, fixed_threads=0,
+                       fixed_batch_transforms=0)
     torch.manual_seed(0)
     tf = transforms.Compose([
         transforms.RandomResizedCrop(64), transforms.GaussianBlur(5, sigma=1.5), transforms.ColorJitter(0.3, 0.3, 0.3),
         transforms.ToTensor(), transforms.Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)),
     ])
+    batch_tf = None
+    if args.fixed and args.fixed_batch_transforms:
+        tf = transforms.Compose([transforms.RandomResizedCrop(64), transforms.PILToTensor()])
+        batch_tf = v2.Compose([
+            v2.ToDtype(torch.float32, scale=True), v2.GaussianBlur(5, sigma=1.5), v2.ColorJitter(0.3, 0.3, 0.3),
+            v2.Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)),
+        ])
     cores = len(os.sched_getaffinity(0))
     # --fixed-threads N: the other split the doctor may name, fewer intra-op threads beside the same workers.
-    spare = args.workers if args.fixed_threads else max(1, cores - 1)
+    spare = args.workers if args.fixed_threads or batch_tf is not None else max(1, cores - 1)
     workers = (args.fixed_workers or spare) if args.fixed else args.workers
     if args.fixed and args.fixed_threads:
         torch.set_num_threads(args.fixed_threads)
@@ -62,6 +74,8 @@ def main() -> None:
     timer = StepTimer(args.steps, args.warmup)
     while not timer.done:
         for images, labels in loader:
+            if batch_tf is not None:
+                images = batch_tf(images)
             with cpu_autocast():
                 loss = nn.functional.cross_entropy(model(images), labels)
             opt.zero_grad()

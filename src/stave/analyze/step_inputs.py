@@ -96,6 +96,23 @@ def machine_load(record: RunRecord, summary: StepSummary, host: HostSummary | No
                        host.job_ranks_cores)
 
 
+def compute_cpu_cores(record: RunRecord) -> float | None:
+    """Cores' worth of CPU the trainer process got while it computed: its CPU over the counted steps
+    less its data waits, over their wall time less the data waits (the steps' own CPU readings,
+    exact where the ~10 Hz host samples are a few windows). ``None`` where the steps carry no CPU
+    reading, or on a GPU (the host's compute phases wait for the device there). Steps with an
+    evaluation inside are left out: its CPU is not the training compute's."""
+    if record.config.device_type == "cuda":
+        return None
+    cpu_ns = wall_ns = 0
+    for step in record.counted_steps():
+        if step.cpu_ns <= 0 or step.eval_ns > 0:
+            continue
+        cpu_ns += max(0, step.cpu_ns - step.data_wait_cpu_ns)
+        wall_ns += max(0, step.duration_ns - step.data_wait_ns)
+    return cpu_ns / wall_ns if wall_ns > 0 and cpu_ns > 0 else None
+
+
 def fixed_and_serial_s(record: RunRecord, summary: StepSummary) -> tuple[float, float]:
     """(seconds per step that do not grow with the batch, seconds that run on one thread).
 
@@ -170,6 +187,11 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
         # No worker reported: the wait is loading in the main thread, of unknown kind.
         extra = phases["data_wait"]
     probe_threads_cores = (record.probes.neighbour_probe or [0, 0])[:2]
+    threads = compute_threads(load)
+    got = compute_cpu_cores(record)
+    # A pool that fits the cores wants its threads' cores the whole compute (they spin between
+    # parallel regions); what it got is measured. A larger pool is THREAD_OVERSUBSCRIPTION's.
+    stretch_cpu = threads / got if got and threads <= load.cores else None
     transfer = 0.0
     if workers == 0 and pipe is not None and record.probes.shm_collate_s_per_byte is not None:
         batch_bytes = sum(t.nbytes for t in record.config.batch)
@@ -178,7 +200,8 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
     inp = StepInputs(
         phases_s=phases,
         cores=float(load.cores),
-        compute_threads=compute_threads(load),
+        compute_threads=threads,
+        compute_stretch_cpu=stretch_cpu,
         serial_s=serial,
         fixed_s=fixed,
         workers=workers,

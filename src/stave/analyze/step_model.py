@@ -43,6 +43,8 @@ COMPUTE_PHASES = ("h2d", "forward", "backward", "optimizer", "other")
 # Fixed-point iterations for T (the loader's cores depend on T, and T on the cores). The map is a
 # contraction in practice; 30 rounds settle it to well under a microsecond.
 FIXED_POINT_ROUNDS = 30
+# The calibration's rounds are damped (half a step each), so they get twice as many.
+CALIBRATION_ROUNDS = 2 * FIXED_POINT_ROUNDS
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,13 @@ class StepInputs:
     # Whether ``load_queue_per_cpu`` was measured (the run_delay counter); without it the
     # calibration splits the workers' measured wait off CPU between a wait for a core and blocking.
     load_queue_measured: bool = True
+    # The compute's fair-share stretch as the trainer's own CPU counters measured it (its threads'
+    # wanted cores over the cores they got while computing; ``None``: not measured). The calibration
+    # holds the model's stretch of the measured run to it where the model would say more.
+    compute_stretch_cpu: float | None = None
+    # The share of the loader's fair-share runnable cores that took a core from the compute (set by
+    # :func:`calibrated`; 1 unless the measured compute stretch says the workers took less).
+    loader_compute_share: float = 1.0
 
     def changed(self, **changes: object) -> "StepInputs":
         """These inputs with a fix applied (a copy; the inputs are never mutated)."""
@@ -284,7 +293,8 @@ def step_time(inp: StepInputs) -> StepTime:
         # a core at the fair share: its CPU stretched by the loader's fair-share stretch, spread over
         # the step, at most a core per worker. (Not the measured wait for a core: a worker woken from
         # a read waits briefly for a core the compute holds, which takes nothing from the compute.)
-        loader_cores = min(float(inp.workers), (load_cpu + pin) * loader_stretch / max(t, 1e-9))
+        loader_cores = min(float(inp.workers), (load_cpu + pin) * loader_stretch / max(t, 1e-9)) \
+            * inp.loader_compute_share
         stretch = stretch_for(inp, loader_cores)
         compute = _compute_s(inp, stretch)
         # What a worker gets is its fair share among the threads runnable beside it: the pool's
@@ -324,11 +334,29 @@ def calibrated(inp: StepInputs) -> StepInputs:
     # wait for a core (``loader_stretch - 1`` per CPU-second), never more than was measured.
     split = out.workers > 0 and not out.load_queue_measured and out.load_cpu_s > 0
     off_cpu_s = out.load_blocked_s
-    for _ in range(FIXED_POINT_ROUNDS):
+    # The measured compute stretch can only lower the model's: CPU counters cannot tell a thread
+    # waiting for a core from one blocked in a read or a sleep, so a stretch above the model's is
+    # not taken as contention.
+    held = out.compute_stretch_cpu if out.workers > 0 and not out.gpu else None
+    for rnd in range(CALIBRATION_ROUNDS):
         # The stretch depends on the step time, which depends on the stretch taken out: settle both
-        # (and the split, which depends on the loader's stretch).
+        # (and the split, which depends on the loader's stretch). Each round moves half way to the
+        # new values: the undamped map oscillates between a compute-bound and an input-bound step.
         st = step_time(out)
-        out = out.changed(stretch_measured=st.stretch, loader_stretch_measured=st.loader_stretch)
+        if held is not None:
+            # Workers whose wake-ups wait for a core the compute holds take less of the compute's
+            # cores than their fair-share runnable time says: hold the model to the measured stretch.
+            own = compute_cores_wanted(out) + out.other_cores
+            raw = (st.cores_wanted - _threads_wanted(out) - out.other_cores) / max(out.loader_compute_share, 1e-9)
+            room = max(0.0, max(1.0, held) * out.cores - own)
+            share = min(1.0, room / raw) if raw > 1e-12 else 1.0
+            if share != out.loader_compute_share:
+                out = out.changed(loader_compute_share=share)
+                st = step_time(out)
+        w = 1.0 if rnd == 0 else 0.5
+        out = out.changed(stretch_measured=out.stretch_measured + w * (st.stretch - out.stretch_measured),
+                          loader_stretch_measured=out.loader_stretch_measured
+                          + w * (st.loader_stretch - out.loader_stretch_measured))
         if split:
             queue = min(off_cpu_s / out.load_cpu_s, out.loader_stretch_measured - 1.0)
             out = out.changed(load_queue_per_cpu=queue, load_blocked_s=off_cpu_s - queue * out.load_cpu_s)
@@ -375,7 +403,8 @@ def estimate(before: StepInputs, after: StepInputs, measured_step_s: float) -> f
 
 
 # Inputs that describe the calibration, not the job: a fix never changes them.
-_CALIBRATION_FIELDS = ("stretch_measured", "threads_measured", "loader_stretch_measured")
+_CALIBRATION_FIELDS = ("stretch_measured", "threads_measured", "loader_stretch_measured", "compute_stretch_cpu",
+                       "loader_compute_share")
 
 
 def compose(base: StepInputs, fixes: "list[tuple[StepInputs, StepInputs]]") -> StepInputs:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -50,6 +51,8 @@ class _Span:
     nbytes: int = 0
     model_samples: int = 0
     tokens: list[TokenCount] = field(default_factory=list)
+    # The trainer process's CPU (all its threads) over a data_wait span, nanoseconds; 0 for others.
+    cpu_ns: int = 0
 
 
 @dataclass
@@ -62,6 +65,16 @@ class _PendingStep:
     profiled: bool = False
     flop_counted: bool = False
     rss_bytes: int = 0
+    cpu_ns: int = 0
+
+
+def _process_cpu_ns() -> int:
+    """CPU time of this process, all its threads (CLOCK_PROCESS_CPUTIME_ID: one clock read, about a
+    microsecond); 0 where the clock is missing."""
+    try:
+        return time.process_time_ns()
+    except OSError:
+        return 0
 
 
 class _ResidentMemory:
@@ -108,6 +121,8 @@ class StepTracker:
         self._active_bytes = 0
         self._active_model_samples = 0
         self._active_tokens: list[TokenCount] = []
+        self._active_cpu_ns = 0
+        self._step_cpu_ns = _process_cpu_ns()
         self._suspended: str | None = None
         self._spans: list[_Span] = []
         self._step_start: Mark = clock.mark()
@@ -116,6 +131,7 @@ class StepTracker:
         self._cycle_seen: set[int] = set()
         self._cycle_count = 0
         self._last_post: Mark | None = None
+        self._last_post_cpu_ns = 0
         self.classify: Callable[[int], tuple[bool, bool, bool]] = lambda index: (False, False, False)
         self.on_step_end: Callable[[int], None] = lambda index: None
 
@@ -141,6 +157,10 @@ class StepTracker:
             self.exit(True)
         self.active = phase
         self._active_start = self.clock.mark()
+        # The CPU of the whole process over a data wait: what the trainer's threads burned while no
+        # compute ran (unpickling a batch, loading in the main thread, the pool's spin), left out of
+        # the compute's CPU.
+        self._active_cpu_ns = _process_cpu_ns() if phase == "data_wait" else 0
         self._active_samples = 0
         self._active_bytes = 0
         self._active_model_samples = 0
@@ -167,8 +187,9 @@ class StepTracker:
         if not owned or self._active_start is None:
             return
         end = self.clock.mark()
+        cpu_ns = max(0, _process_cpu_ns() - self._active_cpu_ns) if self._active_cpu_ns else 0
         span = _Span(self.active or "other", self._active_start, end, self._active_samples, self._active_bytes,
-                     self._active_model_samples, self._active_tokens)
+                     self._active_model_samples, self._active_tokens, cpu_ns)
         self._spans.append(span)
         self.active = None
         self._active_start = None
@@ -190,19 +211,20 @@ class StepTracker:
                 # The first optimizer stepped again: the cycle is complete and the first step
                 # ended at the previous step()'s end.
                 self._cycle_len = len(self._cycle_seen)
-                self._close(self._last_post)
+                self._close(self._last_post, self._last_post_cpu_ns)
             else:
                 self._cycle_seen.add(optimizer_id)
 
     def optimizer_post(self, optimizer_id: int) -> None:
         """Called after each ``optimizer.step()`` (its time is already closed as a phase)."""
         self._last_post = self.clock.mark()
+        self._last_post_cpu_ns = _process_cpu_ns()
         if self._cycle_len is None:
             return
         self._cycle_count += 1
         if self._cycle_count >= self._cycle_len:
             self._cycle_count = 0
-            self._close(self._last_post)
+            self._close(self._last_post, self._last_post_cpu_ns)
 
     def finish(self) -> None:
         """At the end of the run: resolve what the GPU has finished (caller synchronizes first).
@@ -213,12 +235,15 @@ class StepTracker:
 
     # --- internals ------------------------------------------------------------------------------
 
-    def _close(self, end: Mark) -> None:
+    def _close(self, end: Mark, cpu_end_ns: int) -> None:
         index = self.step_index
         mine = [s for s in self._spans if s.start.host_ns < end.host_ns]
         self._spans = [s for s in self._spans if s.start.host_ns >= end.host_ns]
         warmup, profiled, flop = self.classify(index)
-        pending = _PendingStep(index, self._step_start, end, mine, warmup, profiled, flop, self._rss.read())
+        # The CPU reading taken with the step's end mark (a step closed retroactively ended then).
+        pending = _PendingStep(index, self._step_start, end, mine, warmup, profiled, flop, self._rss.read(),
+                               max(0, cpu_end_ns - self._step_cpu_ns) if self._step_cpu_ns and cpu_end_ns else 0)
+        self._step_cpu_ns = cpu_end_ns
         self._pending.append(pending)
         self._step_start = end
         self.step_index = index + 1
@@ -247,6 +272,7 @@ class StepTracker:
             flop_counted=p.flop_counted,
             device_timed=p.end.event is not None,
             rss_bytes=p.rss_bytes,
+            cpu_ns=p.cpu_ns,
         )
         eval_runs = eval_runs_of([span.phase for span in p.spans])
         in_eval = {i for first, last in eval_runs for i in range(first, last + 1)}
@@ -268,6 +294,7 @@ class StepTracker:
                 token_rows += count.rows
             if span.phase == "data_wait":
                 rec.data_wait_ns += ns
+                rec.data_wait_cpu_ns += span.cpu_ns
                 rec.data_fetches += 1
             elif span.phase == "h2d":
                 rec.h2d_ns += ns

@@ -75,6 +75,11 @@ class StepRecord:
     # The main process's resident memory at the step's end (0: not read): a leak's line for a run
     # too short for the host sampler's ~10 Hz samples to draw one.
     rss_bytes: int = 0
+    # The main process's CPU (all its threads) over the step's wall time, and over its data waits,
+    # nanoseconds (0: not read). What the trainer's threads got of the cores while computing is the
+    # difference over the compute time: the measured side of the step model's CPU budget.
+    cpu_ns: int = 0
+    data_wait_cpu_ns: int = 0
 
     @property
     def wall_ns(self) -> int:

@@ -171,6 +171,8 @@ def steps_section(record: RunRecord, origin_ns: int | None = None) -> list[dict[
                 "flop_counted": s.flop_counted,
                 "device_timed": s.device_timed,
                 "rss_bytes": s.rss_bytes or None,
+                "cpu_s": s.cpu_ns / 1e9 if s.cpu_ns else None,
+                "data_wait_cpu_s": s.data_wait_cpu_ns / 1e9 if s.cpu_ns else None,
             }
         )
     return rows

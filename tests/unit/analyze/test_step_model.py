@@ -244,3 +244,26 @@ def test_without_run_delay_the_workers_wait_off_cpu_is_split_by_the_fair_share()
     # Little time off CPU bounds the wait for a core whatever the fair share says.
     little = model(workers=2, load_cpu_s=0.05, load_blocked_s=0.002, load_queue_measured=False)
     assert little.load_queue_per_cpu == pytest.approx(0.04) and little.load_blocked_s == pytest.approx(0.0)
+
+
+def test_the_measured_compute_stretch_holds_the_model_where_the_workers_took_less():
+    # Six workers whose wake-ups wait long for a core (2.35 s per CPU-second) beside a 2-thread pool
+    # on 2 cores: their fair-share runnable time says the compute ran stretched, and so that one
+    # fewer thread would free a core for it. The trainer's own CPU says its threads had 1.88 of
+    # their 2 cores while computing: the calibration holds the stretch there, the step is still the
+    # measured one, and one thread fewer is then no gain (measured on the planted script: 0.6x).
+    phases = {"data_wait": 0.001, "forward": 0.024, "backward": 0.019, "optimizer": 0.0007, "other": 0.001}
+    kw = dict(phases_s=phases, workers=6, load_cpu_s=0.035, load_queue_per_cpu=2.35, contention_factor=2.2)
+    free = model(**kw)
+    held = model(**kw, compute_stretch_cpu=2.0 / 1.88)
+    measured = sum(phases.values())
+    assert free.stretch_measured > 1.3
+    assert held.stretch_measured == pytest.approx(2.0 / 1.88, rel=0.02)
+    assert held.loader_compute_share < 1.0
+    assert step_time(held).step_s == pytest.approx(measured, rel=0.02)
+    assert estimate(free, free.changed(compute_threads=1.0), measured) > 1.05
+    assert estimate(held, held.changed(compute_threads=1.0), measured) == pytest.approx(1.0)
+    # A measured stretch above the model's is blocking or sleeping as much as contention: ignored.
+    slow = model(**kw, compute_stretch_cpu=3.0)
+    assert slow.loader_compute_share == 1.0
+    assert slow.stretch_measured == pytest.approx(free.stretch_measured, rel=1e-6)

@@ -174,3 +174,34 @@ def test_each_step_reads_the_resident_memory_it_ends_with() -> None:
     rss = [s.rss_bytes for s in tr.steps]
     assert all(r > 0 for r in rss)
     assert rss[-1] - rss[0] >= 12 * 2**20  # a later step ends with at least one more 16 MiB buffer
+
+
+def _burn_cpu(seconds: float) -> None:
+    import time
+
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_each_step_reads_the_process_cpu_of_the_step_and_of_its_data_waits() -> None:
+    """A step's ``cpu_ns`` is the process's CPU over the step, ``data_wait_cpu_ns`` the part spent
+    in its data waits: CPU burnt while waiting for a batch is not the compute's."""
+    tr = StepTracker(FakeClock())
+    for _ in range(3):
+        owned = tr.enter("data_wait")
+        _burn_cpu(0.03)
+        tr.exit(owned)
+        owned = tr.enter("forward")
+        _burn_cpu(0.01)
+        tr.exit(owned)
+        tr.optimizer_pre(1)
+        owned = tr.enter("optimizer")
+        tr.exit(owned)
+        tr.optimizer_post(1)
+    tr.finish()
+    assert len(tr.steps) >= 2
+    for step in tr.steps[1:]:
+        assert 0.03e9 <= step.data_wait_cpu_ns < 0.08e9
+        assert step.cpu_ns - step.data_wait_cpu_ns >= 0.01e9
+        assert step.cpu_ns < 0.2e9

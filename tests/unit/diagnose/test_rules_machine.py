@@ -178,3 +178,25 @@ def test_an_uncertain_finding_says_so_in_the_terminal_and_html_views():
     console.print(findings_renderable(uncertain))
     assert UNCERTAIN_NOTE in console.export_text()
     assert "less certain" in findings_html(uncertain)
+
+
+def _with_step_cpu(rec, compute_cores: float):
+    """The record's steps carrying the trainer's CPU: ``compute_cores`` cores over each step's
+    compute time, none over its data wait."""
+    for s in rec.steps:
+        s.cpu_ns = int(compute_cores * (s.duration_ns - s.data_wait_ns))
+        s.data_wait_cpu_ns = 0
+    return rec
+
+
+def test_cpu_contention_believes_the_trainers_cpu_over_the_workers_runnable_time():
+    # The workers want 0.8 core beside 2 compute threads on 2 cores. When the trainer's own CPU
+    # says its threads kept 1.97 of their 2 cores while computing, the workers took little from the
+    # compute, and one thread or worker fewer only slows the job: no finding.
+    kept = _with_step_cpu(contention_record(), 1.97)
+    f = run_rule("CPU_CONTENTION", kept)
+    assert f is None
+    # When the threads had 1.5 of their cores, the contention the model describes is measured.
+    lost = _with_step_cpu(contention_record(), 1.5)
+    g = run_rule("CPU_CONTENTION", lost)
+    assert g is not None and g.est_speedup > 1.1

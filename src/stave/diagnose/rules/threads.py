@@ -200,6 +200,7 @@ def cpu_contention(inp: DoctorInput) -> Finding | None:
             "load_cpu_s_per_step": model.load_cpu_s,
             "other_processes_cores": model.other_cores,
             "compute_stretch": st.stretch,
+            "compute_stretch_cpu": model.compute_stretch_cpu,
             "data_wait_share": summary.breakdown.get("data_wait", 0.0),
             "main_process_cores": load.main_cores,
             "workers_cores": load.workers_cores,
