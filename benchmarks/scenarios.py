@@ -366,8 +366,9 @@ def timing_steps(scenario: Scenario, steps: int) -> int:
 def warmup_steps(scenario: Scenario, steps: int) -> int:
     """Steps of the warm-up pair, whose timing is dropped: it only warms the page cache and the compile
     caches, which a short run does as well, except where the cost is in compiling every shape the run
-    meets (``warmup = 0``: the compile falls in the counted steps), which takes the whole run."""
-    if scenario.warmup == 0:
+    meets (``warmup`` 0 or 1: the compiles fall in the counted steps, only the first step's is left
+    out), which takes the whole run."""
+    if scenario.warmup <= 1:
         return steps
     return min(steps, max(scenario.quick_steps, scenario.warmup + 1))
 

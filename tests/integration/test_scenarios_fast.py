@@ -26,9 +26,9 @@ PLANTED = ROOT / "tests" / "planted"
 # 2-core AVX2 EPYC with torch's default threads. Each is a real gap, listed so CI stays green while
 # the rest of the subset guards what works; a fixed rule turns its row into an XPASS.
 KNOWN_MISSES = {
-    "contention_pil_workers": "on a 2-core EPYC the planted fix (fewer workers or threads) measured 0.6-0.7x: the "
-                              "trainer's CPU shows its threads kept their cores, and the doctor rightly names "
-                              "nothing here (the row expects the mechanism where it costs: an XPASS elsewhere)",
+    "contention_pil_workers": "on a 2-core EPYC fewer workers or threads measured 0.6-0.7x; the split that helps, "
+                              "the blur and jitter on the batch (1.23x measured), is priced near the 1.05x bar "
+                              "(1.08x): named in most short runs (an XPASS), not in all",
 }
 MIN_SCENARIOS = 40
 MIN_ROWS_PER_MECHANISM = 3
@@ -162,7 +162,7 @@ def test_runtime_estimate_from_a_past_run_and_the_steps_each_statistic_needs():
     assert driver.warmup_steps(sc, sc.steps) < sc.steps
     mean = next(s for s in SCENARIOS if s.statistic == "mean_step_s")
     assert driver.timing_steps(mean, mean.steps) == mean.steps
-    compiled = next(s for s in SCENARIOS if s.warmup == 0)
+    compiled = next(s for s in SCENARIOS if s.warmup <= 1)
     assert driver.warmup_steps(compiled, compiled.steps) == compiled.steps  # its caches need the whole run
     # A past row of 100 s over 2 pairs, all runs at 40 steps, 2 s start-up: 4 timed runs, the warm-up
     # pair and the doctor's (two runs' worth), 8 runs (16 s), and 4 x 40 + 2 x 40 + 2 x 40 = 320 steps.

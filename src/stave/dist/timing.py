@@ -53,6 +53,7 @@ def rank_timing(record: RunRecord) -> RankTiming:
     comm = [s.comm_wait_ns for s in counted]
     timing.step_time_s = step_time_s(s.duration_ns / 1e9 for s in counted)
     timing.collective_wait_s = mean_s(comm)
+    timing.collective_wait_by_step = {s.index: s.comm_wait_ns / 1e9 for s in counted}
     timing.data_wait_s = mean_s([s.data_wait_ns for s in counted])
     timing.compute_s = mean_s([max(0, s.forward_ns + s.backward_ns + s.optimizer_ns - s.comm_wait_ns) for s in counted])
     timing.host_s = mean_s([s.h2d_ns + s.other_ns for s in counted])

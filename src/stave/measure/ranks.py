@@ -8,7 +8,7 @@ one that waits least inside it, which holds whatever the clock offsets between n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # measure/record.py is a sibling; only the annotation needs it
@@ -47,3 +47,6 @@ class RankTiming:
     hostname: str = ""
     status: str = "ok"
     source: str = "doctor"
+    # Seconds inside collectives per counted step, by step index (empty where only means are known,
+    # as from a trace): which rank arrived last, step by step.
+    collective_wait_by_step: dict[int, float] = field(default_factory=dict)

@@ -206,3 +206,20 @@ def test_same_files_prove_same_samples_and_in_memory_data_is_not_certain() -> No
     in_memory = [record(r, loaders=[loader(perm, epoch=4096, sampler="RandomSampler")]) for r in (0, 1)]
     g = rules.no_distributed_sampler(in_memory)
     assert g is not None and not g.certain and g.evidence["same_samples_proven"] is False
+
+
+def test_ranks_that_take_turns_arriving_last_have_no_straggler() -> None:
+    # Rank 1 waits less on average (a few of its steps are slow), but step by step the ranks take
+    # turns arriving last: a sign test over the shared steps finds no pattern, so no straggler.
+    a = [StepShape(100, data=2, fwd=20, bwd=70, opt=5, comm=c) for c in (30, 10, 30, 10, 30, 10, 30, 10)]
+    b = [StepShape(100, data=2, fwd=20, bwd=70, opt=5, comm=c) for c in (5, 25, 5, 25, 5, 25, 5, 12)]
+    result = diagnose_records([record(0, shapes=a), record(1, shapes=b)])
+    assert "RANK_STRAGGLER" not in ids(result.findings)
+    # The same mean gap with rank 1 last in every step is a straggler, with the test's numbers.
+    steady = [StepShape(100, data=2, fwd=20, bwd=70, opt=5, comm=w) for w in (26, 24, 27, 25, 26, 24, 27, 25)]
+    c = [StepShape(100, data=2, fwd=20, bwd=70, opt=5, comm=w) for w in (14, 12, 15, 13, 14, 12, 15, 12)]
+    result = diagnose_records([record(0, shapes=steady), record(1, shapes=c)])
+    (straggler,) = [f for f in result.findings if f.id == "RANK_STRAGGLER"]
+    assert straggler.rank == 1
+    assert straggler.evidence["steps_arrived_last"] == straggler.evidence["steps_compared"]
+    assert straggler.evidence["arrival_order_p"] < 0.05

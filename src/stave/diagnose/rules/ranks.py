@@ -9,6 +9,7 @@ it costs. Each rank's own breakdown (data wait, compute, host) then says what it
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from stave.diagnose.engine import rule
@@ -19,6 +20,13 @@ from stave.measure.ranks import RankTiming
 # The others' extra wait must be at least this share of the step: below it, arrival order is
 # step-to-step noise and no single rank holds the job back.
 STRAGGLER_MIN_SHARE = 0.05
+# Arrival order must be a pattern, not chance: with per-step waits, the straggler must have waited
+# least in so many of the steps all ranks share that ranks arriving in random order (each last with
+# probability 1/R) would do so less than 5 % of the time (a one-sided sign test).
+STRAGGLER_SIGN_P = 0.05
+# Fewer shared steps than this cannot pass the sign test at 2 ranks (4 of 4: p = 1/16 > 0.05); the
+# mean gap alone is then the evidence, as from a trace.
+STRAGGLER_SIGN_MIN_STEPS = 5
 # Compute time more than 10% above the ranks' mean is beyond step-to-step noise of a steady job.
 COMPUTE_IMBALANCE_RATIO = 1.10
 # A peak-memory spread above 25% means one rank runs out of memory long before the others would.
@@ -68,6 +76,27 @@ def _finding(fid: str, est: float, title: str, evidence: dict, fix: str, explana
     )
 
 
+def _binomial_tail(n: int, k: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
+
+
+def _last_in_steps(straggler: RankTiming, ranks: list[RankTiming]) -> tuple[int, int] | None:
+    """(steps in which ``straggler`` waited least of all ranks, steps all ranks share); ``None``
+    without per-step waits on every rank."""
+    if any(not r.collective_wait_by_step for r in ranks):
+        return None
+    shared = set.intersection(*(set(r.collective_wait_by_step) for r in ranks))
+    if len(shared) < STRAGGLER_SIGN_MIN_STEPS:
+        return None
+    last = 0
+    for i in shared:
+        mine = straggler.collective_wait_by_step[i]
+        if all(mine < r.collective_wait_by_step[i] for r in ranks if r is not straggler):
+            last += 1
+    return last, len(shared)
+
+
 @rule("RANK_STRAGGLER", kind="ranks")
 def rank_straggler(ranks: list[RankTiming]) -> Finding | None:
     """One rank arrives last at the collectives and the others wait for it."""
@@ -84,6 +113,10 @@ def rank_straggler(ranks: list[RankTiming]) -> Finding | None:
     est = speedup(T, gap)
     if est < REPORT_MIN_SPEEDUP:
         return None
+    order = _last_in_steps(straggler, ranks)
+    sign_p = _binomial_tail(order[1], order[0], 1.0 / len(ranks)) if order is not None else None
+    if sign_p is not None and sign_p >= STRAGGLER_SIGN_P:
+        return None  # the mean gap comes from a few steps; step by step the ranks take turns
     excess = {
         key: getattr(straggler, key) - statistics.median(getattr(r, key) for r in others) for key in _CAUSES
     }
@@ -103,6 +136,9 @@ def rank_straggler(ranks: list[RankTiming]) -> Finding | None:
             "straggler_excess_s": excess,
             "cause": cause.removesuffix("_s"),
             "ranks": len(ranks),
+            "steps_arrived_last": order[0] if order is not None else None,
+            "steps_compared": order[1] if order is not None else None,
+            "arrival_order_p": sign_p,
         },
         fix,
         "The last rank to arrive at a collective waits least inside it; every other rank waits for "
