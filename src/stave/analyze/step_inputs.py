@@ -192,11 +192,18 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
     # A pool that fits the cores wants its threads' cores the whole compute (they spin between
     # parallel regions); what it got is measured. A larger pool is THREAD_OVERSUBSCRIPTION's.
     stretch_cpu = threads / got if got and threads <= load.cores else None
-    transfer = 0.0
-    if workers == 0 and pipe is not None and record.probes.shm_collate_s_per_byte is not None:
+    transfer = receive = 0.0
+    probes = record.probes
+    if workers == 0 and pipe is not None and probes.delivery_worker_s is not None \
+            and probes.delivery_main_s is not None and record.config.batch and record.config.batch[0].shape:
+        # The delivery probe timed whole batches of the run's shapes (its first dimension's samples).
+        batches_per_step = n / max(1, record.config.batch[0].shape[0])
+        transfer = max(0.0, probes.delivery_worker_s - probes.delivery_main_s) * batches_per_step
+        receive = (probes.delivery_receive_s or 0.0) * batches_per_step
+    elif workers == 0 and pipe is not None and probes.shm_collate_s_per_byte is not None:
         batch_bytes = sum(t.nbytes for t in record.config.batch)
         batches_per_step = n / max(1, pipe.loader.batch_size or n or 1)
-        transfer = batch_bytes * batches_per_step * record.probes.shm_collate_s_per_byte
+        transfer = batch_bytes * batches_per_step * probes.shm_collate_s_per_byte
     inp = StepInputs(
         phases_s=phases,
         cores=float(load.cores),
@@ -215,6 +222,7 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
         oversubscription_penalty=oversubscription_penalty(record, summary, serial),
         contention_factor=contention_factor(record.probes.neighbour_stretch, *probe_threads_cores),
         transfer_cpu_s=transfer,
+        receive_s=receive,
         samples_per_step=n,
         gpu=gpu,
         # NVML's utilization is the share of time a kernel ran: the device's busy time per step.

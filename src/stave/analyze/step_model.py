@@ -72,9 +72,11 @@ class StepInputs:
     ``batch_scale``: samples per step relative to the measured run. ``device_s``: GPU busy time.
     ``contention_factor``: how much more than fair sharing a parallel op stretches per runnable
     thread beyond the cores (1: fair sharing; from the neighbour probe, see :func:`contention_factor`).
-    ``transfer_cpu_s``: CPU-seconds per step a worker would spend collating the step's batches into
-    shared memory, for a run that loaded in the main process (the shared-memory probe); the model
-    adds it to the loading when a fix starts workers. A run with workers has it in ``load_cpu_s``.
+    ``transfer_cpu_s``: CPU-seconds per step a worker would spend delivering the step's batches
+    beyond the main process's fetch (collating into shared memory, pickling, sending), for a run that
+    loaded in the main process (the delivery probe, else the shared-memory probe); the model adds it
+    to the loading when a fix starts workers. A run with workers has it in ``load_cpu_s``.
+    ``receive_s``: the trainer's side of that delivery per step (see the field).
     """
 
     phases_s: dict[str, float]
@@ -96,6 +98,10 @@ class StepInputs:
     samples_per_step: float = 0.0
     contention_factor: float = 1.0
     transfer_cpu_s: float = 0.0
+    # Seconds per step the trainer's ``next()`` would spend receiving the step's batches from workers
+    # (the delivery probe), for a run that loaded in the main process; a fix that starts workers adds
+    # it to the main thread's step. A run with workers has it in its measured data wait.
+    receive_s: float = 0.0
     gpu: bool = False
     device_s: float | None = None
     # The compute stretch the phases were measured under; set by :func:`calibrated` so the model
@@ -286,7 +292,8 @@ def step_time(inp: StepInputs) -> StepTime:
         st = StepTime(compute + load, compute, load, stretch, _threads_wanted(inp) + inp.other_cores, "serial",
                       loading_stretch)
         return _device_bound(inp, st)
-    t = _compute_s(inp, 1.0) + (load_cpu + blocked) / inp.workers
+    receive = inp.receive_s * k
+    t = _compute_s(inp, 1.0) + receive + (load_cpu + blocked) / inp.workers
     stretch, loader_stretch, compute, producer, loader_cores = 1.0, 1.0, 0.0, 0.0, 0.0
     for _ in range(FIXED_POINT_ROUNDS):
         # What the compute shares its cores with is the loader's threads while they run or wait for
@@ -307,7 +314,9 @@ def step_time(inp: StepInputs) -> StepTime:
         loader_stretch = stretch_for(inp, loader_runnable, compute_share=compute / max(t, 1e-9))
         # A worker gets the same fair share of a core as every other runnable thread.
         producer = (_loading_s(inp, load_cpu, loader_stretch) + blocked) / inp.workers
-        t = max(compute, producer)
+        # The trainer receives each batch on its main thread, after the batch is ready.
+        t = max(compute + receive, producer)
+    compute += receive
     bound = "compute" if compute >= producer else "input"
     wanted = _threads_wanted(inp) + loader_cores + inp.other_cores
     st = StepTime(t + inp.wait_exposed_s, compute, producer, stretch, wanted, bound, loader_stretch)

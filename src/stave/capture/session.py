@@ -373,6 +373,28 @@ class DoctorSession:
             return
         probes.shm_collate_s_per_byte = shm_collate_s_per_byte(batch_bytes)
         probes.shm_probe_bytes = batch_bytes
+        self._probe_delivery(probes, loader)
+
+    def _probe_delivery(self, probes: Any, loader: Any) -> None:
+        """After main-process loading: a batch of the run's shapes from a worker, both sides."""
+        from stave.monitor.delivery_probe import probe_delivery
+
+        # The batch as it was delivered: its first dimension is the samples (also for a dataset
+        # that returns whole batches itself).
+        batch_size = self.config.batch[0].shape[0] if self.config.batch and self.config.batch[0].shape else 0
+        shapes = []
+        for t in self.config.batch:
+            dtype = getattr(torch, t.dtype.removeprefix("torch."), None)
+            if not isinstance(dtype, torch.dtype) or not t.shape:
+                return  # a tensor the probe cannot rebuild: no guess
+            shapes.append((list(t.shape[1:]), dtype))
+        if not shapes or not batch_size:
+            return
+        times = probe_delivery(shapes, int(batch_size))
+        if times is not None:
+            probes.delivery_main_s = times.main_s
+            probes.delivery_worker_s = times.worker_s
+            probes.delivery_receive_s = times.receive_s
 
     def _probe_attention(self, probes: Any, device: Any) -> None:
         """Eager against SDPA attention at the run's shape, when its HF model ran eager attention."""

@@ -109,6 +109,12 @@ class ProbeResults:
     # run that loaded in the main process, which never paid it. ``shm_probe_bytes``: batch size timed.
     shm_collate_s_per_byte: float | None = None
     shm_probe_bytes: int | None = None
+    # After a run that loaded in the main process: seconds a batch of the run's shapes takes fetched
+    # in the main process, from one loader worker back to back, and in ``next()`` when it was
+    # already waiting (the trainer's receive) (monitor/delivery_probe.py).
+    delivery_main_s: float | None = None
+    delivery_worker_s: float | None = None
+    delivery_receive_s: float | None = None
     # Share of the step's own GEMM time (weighted by each shape's count per step) that does not grow
     # with the batch: each shape timed at its batch rows and at [growth] times them; the per-call
     # part is what the line through the two times leaves at zero rows (monitor/probes.py).

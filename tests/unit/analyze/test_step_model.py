@@ -267,3 +267,20 @@ def test_the_measured_compute_stretch_holds_the_model_where_the_workers_took_les
     slow = model(**kw, compute_stretch_cpu=3.0)
     assert slow.loader_compute_share == 1.0
     assert slow.stretch_measured == pytest.approx(free.stretch_measured, rel=1e-6)
+
+
+def test_starting_workers_adds_the_delivery_both_sides():
+    # Main-process loading of 12 ms a step beside 2.5 ms of compute: 2 workers would hide most of
+    # it, but each batch then costs a worker 1.2 ms more (shared memory, pickling, the pipe) and the
+    # trainer 0.9 ms to receive it (the delivery probe, cpu_transforms' numbers).
+    phases = {"data_wait": 0.012, "forward": 0.001, "backward": 0.0013, "optimizer": 0.0002, "other": 0.0}
+    bare = model(workers=0, load_cpu_s=0.012, phases_s=phases)
+    paid = model(workers=0, load_cpu_s=0.012, phases_s=phases, transfer_cpu_s=0.0012, receive_s=0.0009)
+    measured = sum(phases.values())
+    # The measured run loaded in the main process: neither cost is in it.
+    assert step_time(paid).step_s == pytest.approx(step_time(bare).step_s)
+    gain_bare = estimate(bare, bare.changed(workers=2), measured)
+    gain_paid = estimate(paid, paid.changed(workers=2), measured)
+    assert gain_paid < gain_bare
+    after = step_time(paid.changed(workers=2))
+    assert after.compute_s == pytest.approx(step_time(bare.changed(workers=2)).compute_s + 0.0009, rel=0.05)
