@@ -355,8 +355,8 @@ def calibrated(inp: StepInputs) -> StepInputs:
         if held is not None:
             # Workers whose wake-ups wait for a core the compute holds take less of the compute's
             # cores than their fair-share runnable time says: hold the model to the measured stretch.
-            own = compute_cores_wanted(out) + out.other_cores
-            raw = (st.cores_wanted - _threads_wanted(out) - out.other_cores) / max(out.loader_compute_share, 1e-9)
+            own = _threads_wanted(out) + out.other_cores
+            raw = (st.cores_wanted - own) / max(out.loader_compute_share, 1e-9)  # the loader's, unscaled
             room = max(0.0, max(1.0, held) * out.cores - own)
             share = min(1.0, room / raw) if raw > 1e-12 else 1.0
             if share != out.loader_compute_share:
