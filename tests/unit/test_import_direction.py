@@ -28,7 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "files": {"errors"},
     "device": set(),
     "measure": set(),
-    "monitor": {"measure", "device"},
+    "monitor": {"measure", "device", "analyze.stats"},
     "capture": {"measure", "device", "monitor"},
     # trace reduces events with analyze's plain statistics (median, percentile); nothing else above it.
     "trace": {"measure", "device", "analyze.stats"},

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from stave.analyze.stats import mad, median
+from stave.analyze.stats import hypergeometric_tail, mad, median
 from stave.measure.steps import PHASES, StepRecord
 
 # A stall adds at least half a median step to one phase at once; jitter moves a phase by tens of
@@ -29,8 +29,13 @@ OUTLIER_MIN_EXCESS_SHARE = 0.5
 # standard deviation; 5 of them leaves about one step in a million of ordinary jitter above).
 OUTLIER_MAD_K = 5.0
 MAD_TO_SIGMA = 1.4826
-# Outliers are periodic when this share of the gaps between them is the same number of steps.
-PERIOD_MIN_SHARE = 0.6
+# Outliers are periodic when one rhythm (every p steps, at offset r) holds so many of them that
+# random stalls would land there that often less than 5 % of the time, counting every rhythm
+# tried (a Bonferroni bound). Comparing the gaps between stalls was not enough: four stalls of a
+# busy machine at steps 7, 8, 13, 18 share the gap 5 twice and read as "every 5 steps".
+PERIOD_P = 0.05
+# A rhythm is seen at least this often (two stalls are a coincidence, not a beat).
+PERIOD_MIN_HITS = 3
 # The phases a stall is looked for in (data waits are the input-pipeline findings', see above).
 STALL_PHASES: tuple[str, ...] = tuple(p for p in PHASES if p != "data_wait")
 
@@ -85,13 +90,34 @@ def find_outliers(steps: Sequence[StepRecord]) -> OutlierSteps:
         if stalled:
             out.indices.append(s.index)
     out.excess_s = sum(out.excess_by_phase_s.values())
-    out.period_steps = _period(out.indices)
+    out.period_steps = period_steps(out.indices, [s.index for s in counted])
     return out
 
 
-def _period(indices: list[int]) -> int | None:
-    if len(indices) < 3:
+def period_steps(stalled: list[int], counted: list[int]) -> int | None:
+    """The rhythm of the ``stalled`` step indices among the ``counted`` ones, or ``None``.
+
+    For each period p and offset r, the chance that the stalls, placed at random among the counted
+    steps, put as many on the steps ``index % p == r`` as they did (a hypergeometric tail). The
+    least likely rhythm is the period when even that chance, times the rhythms tried, is below
+    :data:`PERIOD_P`.
+    """
+    stalled_set = set(stalled)
+    if len(stalled_set) < PERIOD_MIN_HITS or len(counted) < 2 * PERIOD_MIN_HITS:
         return None
-    gaps = [b - a for a, b in zip(indices, indices[1:])]
-    gap, n = Counter(gaps).most_common(1)[0]
-    return gap if gap > 1 and n / len(gaps) >= PERIOD_MIN_SHARE else None
+    n, k = len(counted), len(stalled_set)
+    best: tuple[float, int] | None = None
+    tried = 0
+    for p in range(2, n // (PERIOD_MIN_HITS - 1) + 1):
+        tried += p
+        beats = Counter(i % p for i in counted)
+        hits = Counter(i % p for i in stalled_set)
+        for r, h in hits.items():
+            if h < PERIOD_MIN_HITS:
+                continue
+            chance = hypergeometric_tail(n, beats[r], k, h)
+            if best is None or chance < best[0]:
+                best = (chance, p)
+    if best is None or best[0] * tried >= PERIOD_P:
+        return None
+    return best[1]

@@ -64,3 +64,18 @@ def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, 
 def safe_ratio(num: float, den: float, default: float = 0.0) -> float:
     """num / den, or ``default`` when den is 0."""
     return num / den if den else default
+
+
+def binomial_tail(n: int, k: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p): how often chance alone gives ``k`` or more of ``n``."""
+    return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(max(k, 0), n + 1))
+
+
+def hypergeometric_tail(population: int, marked: int, draws: int, k: int) -> float:
+    """P(X >= k) when ``draws`` of ``population`` items are picked at random and ``marked`` of
+    the population count: how often ``k`` or more picked items fall in a given class by chance."""
+    total = math.comb(population, draws)
+    if total == 0:
+        return 1.0
+    top = min(marked, draws)
+    return sum(math.comb(marked, i) * math.comb(population - marked, draws - i) for i in range(max(k, 0), top + 1)) / total

@@ -5,7 +5,9 @@ ran unfused. It rebuilds the run's optimizer's parameter tensors at their own si
 (``OptimizerInfo.param_sizes``; the total capped at :data:`MAX_PROBE_VALUES`, each size scaled down
 alike beyond it), gives them gradients from a private generator, and times the run's
 implementation (per-tensor loop, or foreach) against each other one (``foreach=True``,
-``fused=True``), interleaved, best of a few rounds. The ratios carry this machine's per-tensor
+``fused=True``), interleaved in rounds. A ratio is the median over rounds of the run's own time
+over the other's in the same round, and counts as a gain only when the other won enough rounds
+that chance would rarely give as many (a one-sided sign test). The ratios carry this machine's per-tensor
 costs (dispatch, vector width, memory traffic, contention included): on a CPU where the fused
 kernel is not faster than the run's loop, its ratio is at most 1 and no fix is priced from it.
 """
@@ -13,11 +15,13 @@ kernel is not faster than the run's loop, its ratio is at most 1 and no fix is p
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 
 import torch
 
 from stave import device as dev
+from stave.analyze.stats import binomial_tail
 from stave.measure.config import FUSED_OPTIMIZERS, OptimizerInfo
 
 log = logging.getLogger(__name__)
@@ -27,13 +31,20 @@ log = logging.getLogger(__name__)
 # every size shrinks alike: the tensor count (the per-tensor cost) stays, the memory traffic
 # shrinks, so the ratio leans toward the dispatch saving on models far larger than the cap.
 MAX_PROBE_VALUES = 8_000_000
-# Optimizer steps per timed round and rounds per implementation (the best round is kept: slower
-# ones met interference from other processes).
+# Optimizer steps per timed round (fewer where the rounds would not fit the budget), and rounds.
+# Each round times every implementation back to back, the order rotating. Best-of-rounds per
+# implementation was not enough: beside a busy-loop process, steps of a few milliseconds measured
+# 0.5 or 1.4 ms depending on where the scheduler's slices fell, and one lucky round made a kernel
+# that is 1.0x here look 1.9-2.6x faster. Paired ratios and a sign test leave such luck at 1.0x.
 STEPS_PER_ROUND = 5
-ROUNDS = 3
-# Wall-time budget: after the first round, no new round starts past it (a loaded machine gets
-# a rougher answer rather than a long wait at the end of the run).
+ROUNDS = 9
+# At least this many rounds run (5 of 5 won: p = 1/32); after them no new round starts past the
+# wall-time budget (a loaded machine gets a rougher answer rather than a long wait).
+MIN_ROUNDS = 5
 BUDGET_S = 1.5
+# The other implementation is faster only where it won so many rounds that a coin would do as
+# well less than 5 % of the time; otherwise its ratio is reported as at most 1 (no gain shown).
+SIGN_TEST_P = 0.05
 _SEED = 20240602
 
 
@@ -60,13 +71,27 @@ def _make(opt: OptimizerInfo, sizes: list[int], device: torch.device, gen: torch
     return getattr(torch.optim, opt.type)(params, lr=1e-3, **impl)
 
 
-def _round_s(optimizer: torch.optim.Optimizer, device: torch.device) -> float:
+def _round_s(optimizer: torch.optim.Optimizer, device: torch.device, steps: int = STEPS_PER_ROUND) -> float:
+    """Seconds per step over ``steps`` steps."""
     dev.synchronize(device)
     start = time.perf_counter()
-    for _ in range(STEPS_PER_ROUND):
+    for _ in range(steps):
         optimizer.step()
     dev.synchronize(device)
-    return (time.perf_counter() - start) / STEPS_PER_ROUND
+    return (time.perf_counter() - start) / steps
+
+
+def paired_ratio(own_s: list[float], other_s: list[float]) -> float:
+    """The median of the rounds' own/other ratios, at most 1 unless the other won significantly
+    many rounds (see :data:`SIGN_TEST_P`)."""
+    ratios = [a / b for a, b in zip(own_s, other_s) if b > 0]
+    if not ratios:
+        return 1.0
+    ratio = statistics.median(ratios)
+    wins = sum(r > 1.0 for r in ratios)
+    if ratio > 1.0 and binomial_tail(len(ratios), wins, 0.5) >= SIGN_TEST_P:
+        return 1.0
+    return ratio
 
 
 def run_implementation(opt: OptimizerInfo, device: torch.device) -> str:
@@ -91,25 +116,30 @@ def optimizer_ratios(opt: OptimizerInfo, device: "torch.device | str") -> dict[s
     own = run_implementation(opt, device)
     sizes = probe_sizes(opt)
     optimizers: dict[str, torch.optim.Optimizer] = {}
+    warm_s = 0.0
     for name, impl in IMPLEMENTATIONS.items():
         try:
             optimizers[name] = _make(opt, sizes, device, gen, **impl)
-            # One untimed step: state allocation and first-call costs are not the steady state.
-            _round_s(optimizers[name], device)
+            # One untimed round: state allocation and first-call costs are not the steady state.
+            warm_s += _round_s(optimizers[name], device)
         except (RuntimeError, TypeError, ValueError) as exc:
             # A torch build without that implementation for this device/dtype.
             log.debug("optimizer probe: %s %s skipped: %s", opt.type, name, exc)
             optimizers.pop(name, None)
     if own not in optimizers:
         return {}
-    best = {name: float("inf") for name in optimizers}
+    # Steps per round such that the minimum rounds fit the budget (the warm-up's step times,
+    # first-call costs included, over-estimate a step: fewer steps, never more).
+    steps = max(1, min(STEPS_PER_ROUND, int(BUDGET_S / (MIN_ROUNDS * max(warm_s, 1e-9)))))
+    names = list(optimizers)
+    times: dict[str, list[float]] = {name: [] for name in names}
     start = time.perf_counter()
-    for _ in range(ROUNDS):
-        for name, optimizer in optimizers.items():  # interleaved: a burst of load hits them alike
-            best[name] = min(best[name], _round_s(optimizer, device))
-        if time.perf_counter() - start > BUDGET_S:
+    for r in range(ROUNDS):
+        for name in names[r % len(names):] + names[:r % len(names)]:  # none always goes first
+            times[name].append(_round_s(optimizers[name], device, steps))
+        if r + 1 >= MIN_ROUNDS and time.perf_counter() - start > BUDGET_S:
             break
-    return {name: best[own] / s for name, s in best.items() if name != own and s > 0}
+    return {name: paired_ratio(times[own], t) for name, t in times.items() if name != own}
 
 
 def fused_optimizer_ratio(opt: OptimizerInfo, device: "torch.device | str") -> float | None:

@@ -111,3 +111,16 @@ def test_pipeline_steady_cost_leaves_out_each_workers_start_up():
     # Without a first batch kept apart (older records, or one batch per process) nothing moves.
     plain = summarize_pipeline(healthy_record(workers=[worker(0, 100, 2000.0, 500.0)]))
     assert plain.startup_wall_s == 0.0 and plain.wall_s_per_sample == pytest.approx(0.002)
+
+
+def test_a_rhythm_must_be_unlikely_by_chance():
+    from stave.analyze.outliers import period_steps
+
+    # Stalls of a busy machine among 15 counted steps: gaps 1, 5, 5 once read as "every 5 steps".
+    assert period_steps([7, 8, 13, 18], list(range(5, 20))) is None
+    assert period_steps([12, 14, 15, 17], list(range(5, 20))) is None
+    # A checkpoint every 10 steps, and one on every 8th step with a stray stall beside it.
+    assert period_steps([9, 19, 29, 39], list(range(40))) == 10
+    assert period_steps([3, 7, 15, 23, 31, 39], list(range(40))) == 8
+    # Two stalls are never a rhythm.
+    assert period_steps([9, 19], list(range(40))) is None

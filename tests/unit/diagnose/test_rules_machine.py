@@ -200,3 +200,20 @@ def test_cpu_contention_believes_the_trainers_cpu_over_the_workers_runnable_time
     lost = _with_step_cpu(contention_record(), 1.5)
     g = run_rule("CPU_CONTENTION", lost)
     assert g is not None and g.est_speedup > 1.1
+
+
+def test_irregular_stalls_on_a_busy_machine_are_the_machines():
+    # Stalls in code outside the model at no rhythm: the job's on a quiet machine (a stray flush),
+    # the machine's when other processes held its cores (a preempted thread stalls any phase).
+    def phases(i: int):
+        return {"forward": 40.0, "backward": 50.0, "other": 300.0 if i in (7, 8, 19, 31) else 4.0}
+
+    quiet = busy_record(other_cores=0.1)
+    quiet.steps = make_steps(phases)
+    quiet.host = host_series(quiet.steps, cpu_system_pct=(2.1 + 0.1) / 4 * 100.0)
+    assert run_rule("STEP_OUTLIERS", quiet) is not None
+    busy = busy_record(other_cores=1.9)
+    busy.steps = make_steps(phases)
+    busy.host = host_series(busy.steps, cpu_system_pct=(2.1 + 1.9) / 4 * 100.0)
+    assert run_rule("MACHINE_BUSY", busy) is not None
+    assert run_rule("STEP_OUTLIERS", busy) is None

@@ -9,9 +9,9 @@ it costs. Each rank's own breakdown (data wait, compute, host) then says what it
 
 from __future__ import annotations
 
-import math
 import statistics
 
+from stave.analyze.stats import binomial_tail
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding, severity_for_speedup
 from stave.diagnose.rules.trace_common import REPORT_MIN_SPEEDUP, speedup, tidy
@@ -76,11 +76,6 @@ def _finding(fid: str, est: float, title: str, evidence: dict, fix: str, explana
     )
 
 
-def _binomial_tail(n: int, k: int, p: float) -> float:
-    """P(X >= k) for X ~ Binomial(n, p)."""
-    return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
-
-
 def _last_in_steps(straggler: RankTiming, ranks: list[RankTiming]) -> tuple[int, int] | None:
     """(steps in which ``straggler`` waited least of all ranks, steps all ranks share); ``None``
     without per-step waits on every rank."""
@@ -114,7 +109,7 @@ def rank_straggler(ranks: list[RankTiming]) -> Finding | None:
     if est < REPORT_MIN_SPEEDUP:
         return None
     order = _last_in_steps(straggler, ranks)
-    sign_p = _binomial_tail(order[1], order[0], 1.0 / len(ranks)) if order is not None else None
+    sign_p = binomial_tail(order[1], order[0], 1.0 / len(ranks)) if order is not None else None
     if sign_p is not None and sign_p >= STRAGGLER_SIGN_P:
         return None  # the mean gap comes from a few steps; step by step the ranks take turns
     excess = {
