@@ -27,6 +27,18 @@ def test_recompiles_names_the_changing_dimension_and_prices_the_compile_time():
     assert 1.3 < f.est_speedup <= 1.0 / 0.7 + 1e-3
 
 
+def test_a_dimension_that_keeps_failing_gets_buckets_not_mark_dynamic():
+    # The same dimension failed three guards: automatic dynamic shapes did not hold for it.
+    reasons = ["0/1: tensor 'args[0]' size mismatch at index 2. expected 64, actual 120",
+               "0/0: tensor 'args[0]' size mismatch at index 2. expected 88, actual 120",
+               "0/2: tensor 'args[0]' size mismatch at index 2. expected 120, actual 136"]
+    f = run_rule("RECOMPILES", compiled_record(6, 0.6, reasons))
+    assert f is not None and f.evidence["dynamic_did_not_hold"] is True
+    assert "mark_dynamic" not in f.fix and "multiple of 32" in f.fix
+    once = run_rule("RECOMPILES", compiled_record(6, 0.6, reasons[:1]))
+    assert once.evidence["dynamic_did_not_hold"] is False and "mark_dynamic(args, 2)" in once.fix
+
+
 def test_recompiles_silent_without_dynamo_or_with_a_single_late_compile():
     assert run_rule("RECOMPILES", compiled_record(None, 0.0, [])) is None
     assert run_rule("RECOMPILES", compiled_record(1, 0.5, ["0/0: tensor 'x' size mismatch at index 0"])) is None

@@ -26,6 +26,18 @@ MIN_RECOMPILES = 2
 _SIZE = re.compile(r"tensor '([^']+)' (size|rank|dtype|stride)[^.]*mismatch(?: at index (\d+))?")
 
 
+# Dynamo's automatic dynamic shapes mark a dimension dynamic at its first size mismatch; when the
+# same dimension fails the guards again and again, dynamic shapes did not hold for it (the
+# compile has ``dynamic=False``, or an op, such as a CPU convolution, specializes on the size).
+REPEATED_FAILURES = 3
+
+
+def _failures_of(reasons: list[str], tensor: str, index: str) -> int:
+    """How many recompile reasons name a size mismatch of ``tensor`` at dimension ``index``."""
+    return sum(1 for text in reasons for m in _SIZE.finditer(text)
+               if m.group(1) == tensor and m.group(2) == "size" and m.group(3) == index)
+
+
 def _changing(reasons: list[str]) -> tuple[str | None, str | None, str | None]:
     """(tensor, what changed, index) of the first guard failure that names a tensor."""
     for text in reasons:
@@ -54,7 +66,16 @@ def recompiles(inp: DoctorInput) -> Finding | None:
     phases["forward"] = max(0.0, phases.get("forward", 0.0) - per_step)
     est = estimate(model, model.changed(phases_s=phases), summary.step_time_mean_s)
     tensor, what, index = _changing(cfg.recompile_reasons)
-    if tensor and what == "size" and index is not None:
+    repeated = bool(tensor and what == "size" and index is not None
+                    and _failures_of(cfg.recompile_reasons, tensor, index) >= REPEATED_FAILURES)
+    if repeated:
+        fix = (f"# dimension {index} of {tensor} failed the guards {_failures_of(cfg.recompile_reasons, tensor, index)} times: dynamic shapes did not\n"
+               "# hold for it (dynamic=False, or an op that specializes on the size, e.g. a CPU convolution).\n"
+               f"# Pad or bucket dimension {index} to a few fixed sizes, each compiled once:\n"
+               f"#   e.g. zero-pad up to the next multiple of 32:  pad = -x.shape[{index}] % 32\n"
+               "# or, where the model allows it: torch.compile(model, dynamic=True) and check the recompiles stop\n"
+               "#   (TORCH_LOGS=recompiles python train.py)")
+    elif tensor and what == "size" and index is not None:
         fix = (f"torch._dynamo.mark_dynamic({tensor.split('[')[0]}, {index})  # before the compiled call: one graph for all sizes\n"
                f"# or pad/bucket dimension {index} to a few fixed sizes (e.g. multiples of 64), or drop_last=True\n"
                "# or torch.compile(model, dynamic=True)")
@@ -77,6 +98,7 @@ def recompiles(inp: DoctorInput) -> Finding | None:
             "changing_tensor": tensor,
             "changing_property": what,
             "changing_dim": index,
+            "dynamic_did_not_hold": repeated,
             "model_inputs_changed": {"phases_s.forward": [model.phases_s.get("forward", 0.0), phases["forward"]]},
         },
         fix,
