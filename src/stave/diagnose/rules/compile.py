@@ -66,10 +66,10 @@ def recompiles(inp: DoctorInput) -> Finding | None:
     phases["forward"] = max(0.0, phases.get("forward", 0.0) - per_step)
     est = estimate(model, model.changed(phases_s=phases), summary.step_time_mean_s)
     tensor, what, index = _changing(cfg.recompile_reasons)
-    repeated = bool(tensor and what == "size" and index is not None
-                    and _failures_of(cfg.recompile_reasons, tensor, index) >= REPEATED_FAILURES)
+    failures = _failures_of(cfg.recompile_reasons, tensor, index) if tensor and what == "size" and index else 0
+    repeated = failures >= REPEATED_FAILURES
     if repeated:
-        fix = (f"# dimension {index} of {tensor} failed the guards {_failures_of(cfg.recompile_reasons, tensor, index)} times: dynamic shapes did not\n"
+        fix = (f"# dimension {index} of {tensor} failed the guards {failures} times: dynamic shapes did not\n"
                "# hold for it (dynamic=False, or an op that specializes on the size, e.g. a CPU convolution).\n"
                f"# Pad or bucket dimension {index} to a few fixed sizes, each compiled once:\n"
                f"#   e.g. zero-pad up to the next multiple of 32:  pad = -x.shape[{index}] % 32\n"

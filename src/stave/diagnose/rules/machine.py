@@ -10,7 +10,7 @@ processes' cores given back: what the job would gain on a quiet machine.
 
 from __future__ import annotations
 
-from stave.analyze.step_inputs import machine_load, step_inputs
+from stave.analyze.step_inputs import MachineLoad, machine_load, step_inputs
 from stave.analyze.step_model import estimate
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
@@ -23,6 +23,12 @@ from stave.diagnose.rules._helpers import make_finding
 MACHINE_BUSY_MIN_CORES = 0.25
 
 
+def machine_is_busy(load: MachineLoad) -> bool:
+    """Other processes held a real share of the job's usable cores (the job's own other ranks on
+    the node are the job, not a busy machine)."""
+    return load.outside_job_cores is not None and load.outside_job_cores >= MACHINE_BUSY_MIN_CORES
+
+
 @rule("MACHINE_BUSY", kind="doctor")
 def machine_busy(inp: DoctorInput) -> Finding | None:
     """Other processes held a real share of the job's usable cores while it ran."""
@@ -31,9 +37,9 @@ def machine_busy(inp: DoctorInput) -> Finding | None:
     if model is None:
         return None
     load = machine_load(record, summary)
+    if not machine_is_busy(load):
+        return None
     outside = load.outside_job_cores
-    if outside is None or outside < MACHINE_BUSY_MIN_CORES:
-        return None  # the job's own other ranks on this node are the job, not a busy machine
     quiet = max(0.0, model.other_cores - outside)  # the job's own other ranks stay
     est = estimate(model, model.changed(other_cores=quiet), summary.step_time_mean_s)
     return make_finding(

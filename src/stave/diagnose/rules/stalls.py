@@ -15,7 +15,7 @@ from stave.analyze.step_inputs import machine_load
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.diagnose.rules.machine import MACHINE_BUSY_MIN_CORES
+from stave.diagnose.rules.machine import machine_is_busy
 from stave.diagnose.rules._helpers import LINE_MIN_SHARE, REPORT_MIN_SPEEDUP, is_gpu, make_finding, saving_speedup
 
 # One slow step is an accident; two or more are a pattern worth a finding.
@@ -70,13 +70,6 @@ def _fix(inp: DoctorInput, phase: str, period: int | None, stall_s: float, media
     )
 
 
-def _machine_busy(inp: DoctorInput) -> bool:
-    """Other processes held a real share of the job's cores (MACHINE_BUSY's test): a preempted
-    thread then stalls whatever phase it is in, so irregular stalls anywhere are the machine's."""
-    outside = machine_load(inp.record, inp.summary).outside_job_cores
-    return outside is not None and outside >= MACHINE_BUSY_MIN_CORES
-
-
 @rule("STEP_OUTLIERS", kind="doctor")
 def step_outliers(inp: DoctorInput) -> Finding | None:
     """Some steps take a multiple of the median step; the stall is removed from the mean."""
@@ -85,7 +78,9 @@ def step_outliers(inp: DoctorInput) -> Finding | None:
     if len(out.indices) < OUTLIER_MIN_COUNT:
         return None
     phase = out.dominant_phase() or "other"
-    if out.period_steps is None and (phase in MODEL_PHASES or _machine_busy(inp)):
+    # On a machine MACHINE_BUSY names, a preempted thread stalls whatever phase it is in: irregular
+    # stalls anywhere are the machine's.
+    if out.period_steps is None and (phase in MODEL_PHASES or machine_is_busy(machine_load(record, summary))):
         return None
     t = summary.step_time_mean_s
     est = saving_speedup(inp, {p: v / max(out.counted, 1) for p, v in out.excess_by_phase_s.items()}, t)
