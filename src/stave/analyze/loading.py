@@ -124,10 +124,14 @@ def loading_bound(record: RunRecord, summary: StepSummary, host: HostSummary) ->
     pipe = summarize_pipeline(record)
     if pipe is None or summary.steps == 0:
         return None
-    # Outliers (checkpoints) and epoch starts (worker start-up) are other findings' business.
-    slow = set(find_outliers(record.steps).indices) | epoch_start_steps(record)
-    steady = [s for s in record.counted_steps() if s.index not in slow] or record.counted_steps()
-    t = sum(s.duration_ns for s in steady) / 1e9 / len(steady)
+    # Epoch starts (worker start-up) and stalls (checkpoints) are other findings' business. A
+    # stall's step is kept, less its stalled phases' excess: its data wait is still the pipeline's
+    # (with two workers every other step waits for a whole batch, and the stalls of a busy main
+    # process fall on those steps as often as on any: dropping the steps dropped the waits).
+    starts = epoch_start_steps(record)
+    stalls = find_outliers(record.steps).excess_by_step_s
+    steady = [s for s in record.counted_steps() if s.index not in starts] or record.counted_steps()
+    t = sum(s.duration_ns / 1e9 - stalls.get(s.index, 0.0) for s in steady) / len(steady)
     if t <= 0:
         return None
     wait = min(sum(s.data_wait_ns for s in steady) / 1e9 / len(steady), t)

@@ -45,7 +45,8 @@ class OutlierSteps:
     """The stalled steps among the counted ones and what the stalls cost.
 
     ``excess_by_phase_s``: per phase, the time the stalled steps spent beyond that phase's median
-    in the phases that stalled; ``excess_s`` is their sum: the time removing the stalls gives back.
+    in the phases that stalled; ``excess_s`` is their sum: the time removing the stalls gives back;
+    ``excess_by_step_s``: the same excess per stalled step index.
     """
 
     counted: int
@@ -53,6 +54,7 @@ class OutlierSteps:
     indices: list[int] = field(default_factory=list)
     excess_s: float = 0.0
     excess_by_phase_s: dict[str, float] = field(default_factory=dict)
+    excess_by_step_s: dict[int, float] = field(default_factory=dict)
     period_steps: int | None = None
 
     @property
@@ -80,15 +82,18 @@ def find_outliers(steps: Sequence[StepRecord]) -> OutlierSteps:
         p_med = median(values)
         limits[p] = (p_med, p_med + max(OUTLIER_MIN_EXCESS_SHARE * med, OUTLIER_MAD_K * MAD_TO_SIGMA * mad(values)))
     for s in counted:
+        excess = 0.0
         stalled = False
         for p in STALL_PHASES:
             value = s.phase_ns(p) / 1e9
             p_med, limit = limits[p]
             if value > limit:
                 out.excess_by_phase_s[p] += value - p_med
+                excess += value - p_med
                 stalled = True
         if stalled:
             out.indices.append(s.index)
+            out.excess_by_step_s[s.index] = excess
     out.excess_s = sum(out.excess_by_phase_s.values())
     out.period_steps = period_steps(out.indices, [s.index for s in counted])
     return out

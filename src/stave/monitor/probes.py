@@ -119,9 +119,15 @@ def _interleaved_ratio(
     setup_a: Callable[[], None] | None = None,
     setup_b: Callable[[], None] | None = None,
     work_exponent: float = 3.0,
+    smallest_first: bool = False,
 ) -> RatioResult | None:
     """Median over A/B pairs of time(A) / time(B), the problem size it was measured at, and each
     side's median seconds per call.
+
+    ``smallest_first``: the first calls, which price a call, run at the smallest size and the
+    larger ones are extrapolated from it: where a call may be far slower than the budget (an
+    oversized thread pool: 0.3 s for one convolution at 16 threads on 2 cores), pricing it at the
+    largest size would spend the whole slice on finding out it does not fit.
 
     ``make(size)`` builds the two sides. The largest of ``sizes`` whose MIN_PAIRS pairs fit before
     ``deadline`` is used (a slow or loaded machine gets a smaller GEMM rather than no answer; a
@@ -139,7 +145,8 @@ def _interleaved_ratio(
         return _timed(fn, device, reps)
 
     untimed = (setup_a is not None) + (setup_b is not None)
-    a, b = make(sizes[0])
+    first = sizes[-1] if smallest_first else sizes[0]
+    a, b = make(first)
     # The first calls pay one-time library start-up (a cuBLAS handle, lazily loaded kernels: up to a
     # second on a GPU in a fresh process). That is not the probe's work: it moves the deadline rather
     # than eating the budget, up to MAX_STARTUP_S. The second calls give the cost per call.
@@ -151,12 +158,12 @@ def _interleaved_ratio(
     left = deadline - time.perf_counter()
     for size in sizes:
         # A GEMM's work grows with the cube of its side.
-        if left >= MIN_PAIRS * (2 + untimed) * per_call * (size / sizes[0]) ** work_exponent:
+        if left >= MIN_PAIRS * (2 + untimed) * per_call * (size / first) ** work_exponent:
             break
     else:
         log.debug("probe skipped: %.3f s per call does not fit %.3f s left", per_call, left)
         return None
-    if size != sizes[0]:
+    if size != first:
         a, b = make(size)
         per_call = max(run(a, setup_a, 1), run(b, setup_b, 1), 1e-9)
         left = deadline - time.perf_counter()
@@ -510,7 +517,13 @@ OWN_SHAPE_MAX_FLOPS = 2 * 512**3
 
 # Shares of a product's call the thread probe falls back to when the full call's pairs do not fit
 # its slice: an oversized pool can run a call many times slower than the step's normal pool.
-THREADS_PROBE_CUTS = (1.0, 0.25, 0.0625)
+# At 16 threads on 2 cores a training convolution ran 20x slower than at 2 (oversub_conv.py): a
+# 1/16 share of its samples still did not fit, so the cuts go on to 1/64 (a call then keeps at
+# least one sample, and oneDNN still splits that one over every thread of the pool).
+THREADS_PROBE_CUTS = (1.0, 0.25, 0.0625, 0.015625)
+# The share of the GEMM half of the thread probe the step's own convolutions may take: when even
+# the smallest cut does not fit, the square GEMM falls back on the rest instead of on nothing.
+CONV_SHARE_OF_GEMM_HALF = 2 / 3
 
 
 def _weighted_ratio(work: list[tuple[float, Callable[[float], Callable[[], object]]]], deadline: float,
@@ -529,7 +542,8 @@ def _weighted_ratio(work: list[tuple[float, Callable[[float], Callable[[], objec
             fn = make(share)
             return fn, fn
 
-        result = _interleaved_ratio(cuts, pair, cpu, slice_end, setup_a=setup_a, setup_b=setup_b, work_exponent=1.0)
+        result = _interleaved_ratio(cuts, pair, cpu, slice_end, setup_a=setup_a, setup_b=setup_b, work_exponent=1.0,
+                                    smallest_first=len(cuts) > 1)
         if result is not None:
             many += count / result.size * result.a_s
             few += count / result.size * result.b_s
@@ -561,8 +575,9 @@ def _threads_probe(torch_threads: int, cores: int, gen: torch.Generator, deadlin
     gemm_ratio: float | None = None
     own_gemms = bool(usable) and all(2.0 * d[0] * d[1] * d[2] * d[3] <= OWN_SHAPE_MAX_FLOPS for d in usable)
     if convolutions:
+        conv_end = time.perf_counter() + max(0.0, half - time.perf_counter()) * CONV_SHARE_OF_GEMM_HALF
         gemm_ratio = _weighted_ratio([(w.count, lambda share, w=w: w.make(dtype, share)) for w in convolutions],
-                                     half, setup_a, setup_b, THREADS_PROBE_CUTS)
+                                     conv_end, setup_a, setup_b, THREADS_PROBE_CUTS)
         own_gemms = gemm_ratio is not None
     elif own_gemms:
         gemm_ratio = _weighted_ratio([(c, lambda _share, d=d: _gemm(d, dtype, cpu, gen)) for c, d in zip(counts, usable)],
@@ -733,6 +748,10 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                             out.bf16_probe_disturbed = bf16.spread > PROBE_SPREAD_MAX
                     out.matmul_flops_per_s = out.fp32_matmul_flops_per_s
                 elif name == "rate":
+                    # At no more threads than cores, as batch_scale: the FLOP rate is the cores'; an
+                    # oversized pool's calls are THREAD_OVERSUBSCRIPTION's to price (and would take
+                    # that probe's budget: 0.3 s a convolution at 16 threads on 2 cores).
+                    torch.set_num_threads(max(1, min(torch_threads, cores)))
                     own_end = time.perf_counter() + OWN_SHAPES_SHARE * max(0.0, deadline - time.perf_counter())
                     rate = _own_shapes_probe(work, device, own_end, high=job_dtype, low=job_dtype) if work else None
                     flops_per_s = rate.fp32_flops_per_s if rate is not None else None
@@ -740,6 +759,7 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                         # The step's products did not fit the budget (they are large, so compute-bound
                         # like a square GEMM): the square GEMM's rate stands in.
                         flops_per_s = _square_fp32_rate(device, gen, deadline, job_dtype)
+                    torch.set_num_threads(saved_threads)
                     out.matmul_flops_per_s = flops_per_s
                     if job_dtype == torch.float32:
                         out.fp32_matmul_flops_per_s = flops_per_s

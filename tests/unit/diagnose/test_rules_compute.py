@@ -6,7 +6,9 @@ import dataclasses
 
 import pytest
 from synth_records import (
+    BATCH,
     SCRIPT,
+    STEPS,
     TensorInfo,
     healthy_config,
     healthy_loader,
@@ -537,3 +539,27 @@ def test_evidence_is_json_safe_and_rounded():
     text = json.dumps(f.to_dict(), allow_nan=False)
     assert "NaN" not in text
     assert dataclasses.is_dataclass(f)
+
+
+def test_float64_images_are_priced_as_uint8_shipped_and_normalized_in_the_step():
+    """An N x 3 x H x W float64 batch is an image batch: the fix ships uint8 (1/8 of the bytes) and
+    normalizes in the step; a Dataset without transforms is one stage, ``load``, and it is the one
+    that does the float math, so it counts as a float stage."""
+    n, c, h, w = 32, 3, 64, 64
+    cfg = healthy_config(batch=[TensorInfo("batch[0]", "float64", [n, c, h, w], "cpu", n * c * h * w * 8),
+                                TensorInfo("batch[1]", "int64", [n], "cpu", n * 8)],
+                         param_dtypes={"float32": 1_000_000})
+    per_worker = (STEPS * BATCH) // 2
+    workers = [worker(i, per_worker, 1500.0, 1300.0, stages={"load": (900.0, 800.0), "collate": (600.0, 500.0)})
+               for i in range(2)]
+    f = run_rule("BATCH_DTYPE", healthy_record(config=cfg, workers=workers))
+    assert f is not None
+    assert "uint8" in f.title and "x.float() / 255.0" in f.fix
+    ev = f.evidence
+    assert ev["float_stage_share_of_loading"] == pytest.approx(1.0)
+    assert ev["load_cpu_s_per_step_after"] == pytest.approx(ev["load_cpu_s_per_step"] / 8, rel=1e-3)
+    # The normalize the step takes on costs more than the cast it drops (29 vs 12 bytes an element).
+    assert ev["normalize_s_per_step_after"] == pytest.approx(ev["cast_s_per_step"] * 29 / 12, rel=1e-3)
+    # Tabular float64 (2-D) keeps the float32 fix.
+    tab = run_rule("BATCH_DTYPE", healthy_record(config=f64_config("float32"), workers=workers))
+    assert tab is not None and "astype(np.float32)" in tab.fix and "uint8" not in tab.title

@@ -297,3 +297,51 @@ def test_cpu_bound_does_not_advise_workers_where_the_compute_already_uses_every_
         assert busy.evidence["compute_threads"] > quiet.evidence["compute_threads"]
         assert busy.est_speedup < quiet.est_speedup
         assert busy.est_speedup < 0.130 / 0.034 / 2
+
+
+def test_worker_startup_gives_back_the_compute_the_restarts_slow_too():
+    """Forking fresh workers slows the training process's own phases in the epoch's first step too
+    (the workers' start-up takes cores, the fork copy-on-write faults): the fix gives those back."""
+    def phases(i: int, compute_ms: float):
+        base = {"data_wait": 2.0, "forward": 20.0, "backward": 20.0, "optimizer": 3.0, "other": 2.0}
+        if i % 5 == 0:
+            base.update(data_wait=600.0, forward=compute_ms, backward=compute_ms)
+        return base
+
+    def record(compute_ms: float):
+        loader = healthy_loader(persistent_workers=False, iterators_created=8, first_batch_wait_ns=[600_000_000] * 8)
+        return healthy_record(steps=make_steps(lambda i: phases(i, compute_ms)), config=healthy_config(loaders=[loader]),
+                              workers=[worker(i, PER_WORKER, 500.0, 450.0) for i in range(2)])
+
+    quiet = run_rule("DATA_WORKER_STARTUP", record(20.0))
+    slowed = run_rule("DATA_WORKER_STARTUP", record(120.0))
+    assert quiet is not None and slowed is not None
+    by_phase = slowed.evidence["restart_s_per_step_by_phase"]
+    # Each epoch start costs 100 ms extra in forward and in backward, one step in five.
+    assert by_phase["forward"] == pytest.approx(0.1 / 5, rel=0.1)
+    assert by_phase["data_wait"] > by_phase["forward"]
+    assert slowed.est_speedup > quiet.est_speedup
+
+
+def test_loading_bound_keeps_the_data_wait_of_a_stalled_step():
+    """With two workers every other step waits for a whole batch; a stall in forward that lands on
+    such a step takes its forward excess out, not its wait (dropping the step dropped the wait)."""
+    from stave.analyze.breakdown import summarize_steps
+    from stave.analyze.host import summarize_host
+    from stave.analyze.loading import loading_bound
+
+    def phases(i: int):
+        base = {"data_wait": 80.0 if i % 2 else 0.5, "forward": 2.0, "backward": 2.0, "optimizer": 0.5, "other": 0.5}
+        if i % 6 == 1:
+            base["forward"] = 40.0  # a stall, on a waiting step
+        return base
+
+    rec = healthy_record(steps=make_steps(phases), workers=[worker(i, PER_WORKER, 5000.0, 100.0) for i in range(2)])
+    bound = loading_bound(rec, summarize_steps(rec.steps), summarize_host(rec))
+    counted = rec.counted_steps()
+    assert bound.steady_steps == len(counted)
+    assert bound.data_wait_s == pytest.approx(sum(s.data_wait_ns for s in counted) / 1e9 / len(counted), rel=1e-6)
+    # The step is the mean less the stalls' forward excess (38 ms on the stalled steps).
+    stalled = sum(1 for s in counted if s.index % 6 == 1)
+    mean = sum(s.duration_ns for s in counted) / 1e9 / len(counted)
+    assert bound.step_s == pytest.approx(mean - stalled * 0.038 / len(counted), rel=0.02)

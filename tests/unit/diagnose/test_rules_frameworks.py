@@ -372,3 +372,13 @@ def test_tokens_per_second_and_mfu_from_the_counted_flops():
     assert util.mfu == pytest.approx(3e10 / t / 1e12)
     rec.probes.fp32_matmul_flops_per_s = None  # a CPU run without the probe: no peak, no MFU
     assert model_flops_utilization(rec, summary) is None
+
+
+def test_a_whole_tensor_line_is_not_python_in_the_loop():
+    """``x = x.float()`` of a large batch is one op doing C++ work; loops, read-backs and logging
+    are Python the fix text can address."""
+    assert python_loop.is_whole_tensor_line("x = x.float()", False)
+    assert not python_loop.is_whole_tensor_line("loss = loss + F.mse_loss(o[i], y[i])", True)
+    assert not python_loop.is_whole_tensor_line("total += loss.item()", False)
+    assert not python_loop.is_whole_tensor_line('print(f"{loss}")', False)
+    assert not python_loop.is_whole_tensor_line("", False)

@@ -261,7 +261,7 @@ def test_the_batch_dimension_is_the_one_equal_to_the_batch() -> None:
 def test_batch_scale_probe_weights_the_steps_shapes(monkeypatch) -> None:
     seen: list[tuple[int, ...]] = []
 
-    def fake(sizes, make, device, deadline, setup_a=None, setup_b=None, work_exponent=3.0):
+    def fake(sizes, make, device, deadline, setup_a=None, setup_b=None, work_exponent=3.0, smallest_first=False):
         small, large = make(1)
         seen.append(tuple(large().shape))
         # The batch-2 shape keeps its time at 8x the rows (per-call); the other has no batch dim.
@@ -290,7 +290,7 @@ def test_run_probes_measures_the_fixed_share_of_the_steps_gemms() -> None:
 def test_threads_probe_times_the_steps_gemms_and_the_elementwise_ops_on_their_outputs(monkeypatch) -> None:
     calls: list[str] = []
 
-    def fake(sizes, make, device, deadline, setup_a=None, setup_b=None, work_exponent=3.0):
+    def fake(sizes, make, device, deadline, setup_a=None, setup_b=None, work_exponent=3.0, smallest_first=False):
         a, _b = make(sizes[0])
         out = a()
         calls.append("gemm" if out.dim() == 2 else "elementwise")
@@ -311,7 +311,7 @@ def test_threads_probe_times_the_steps_gemms_and_the_elementwise_ops_on_their_ou
 def test_a_product_too_slow_for_its_slice_is_timed_on_a_share_and_counted_back(monkeypatch) -> None:
     seen: list[float] = []
 
-    def fake(sizes, make, device, deadline, setup_a=None, setup_b=None, work_exponent=3.0):
+    def fake(sizes, make, device, deadline, setup_a=None, setup_b=None, work_exponent=3.0, smallest_first=False):
         assert work_exponent == 1.0 and sizes == probes.THREADS_PROBE_CUTS
         # Only the smallest share fits; its calls take that share of the full call's time.
         share = sizes[-1]
@@ -341,3 +341,23 @@ def test_a_batch_scaling_shape_disturbed_twice_is_kept_and_marked(monkeypatch) -
     assert len(calls) == 2  # timed, disturbed, timed again
     assert out is not None and out.disturbed and out.fixed_share == pytest.approx(
         probes.fixed_share_of_call(0.5, probes.BATCH_SCALE_GROWTH))
+
+
+def test_smallest_first_prices_a_slow_call_on_its_smallest_share() -> None:
+    """A call far slower than the slice (an oversized pool) is priced at the smallest share, so the
+    slice is not spent finding out that the whole call does not fit."""
+    calls: list[float] = []
+
+    def make(share: float):
+        def call() -> None:
+            calls.append(share)
+            time.sleep(0.4 * share)  # the whole call: 0.4 s; the slice below: 0.3 s
+        return call, call
+
+    cuts = (1.0, 0.25, 0.0625, 0.015625)
+    start = time.perf_counter()
+    result = probes._interleaved_ratio(cuts, make, torch.device("cpu"), start + 0.3, work_exponent=1.0,
+                                       smallest_first=True)
+    assert result is not None and result.size < 1.0
+    assert 1.0 not in calls  # the whole call never ran
+    assert result.ratio == pytest.approx(1.0, rel=0.5)

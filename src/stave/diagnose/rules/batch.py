@@ -29,6 +29,20 @@ from stave.diagnose.rules._helpers import (REPORT_MIN_SPEEDUP, dataloader_call, 
 FP64_SLOWDOWN = 2.0
 # A float32 value is 4 bytes, a float64 one 8: every float byte the loader builds and ships halves.
 FLOAT32_OVER_FLOAT64_BYTES = 0.5
+# Shipped as uint8, an image's pixel is 1 byte instead of float64's 8.
+UINT8_OVER_FLOAT64_BYTES = 1 / 8
+# The step's float64 -> float32 cast reads 8 bytes and writes 4 per element.
+CAST_F64_BYTES_PER_ELEMENT = 12.0
+# Normalizing a uint8 batch in the step, (x.float() / 255 - mean) / std unfused: the cast reads 1 and
+# writes 4 bytes, each of the three elementwise ops reads and writes 4: 29 bytes per element.
+NORMALIZE_U8_BYTES_PER_ELEMENT = 29.0
+# An elementwise op in the step streams at memory speed on all of torch's threads: one DDR4-3200
+# channel moves 25.6 GB/s and servers have several, so 20 GB/s is a floor (a 21 MB float64 -> float32
+# cast took 0.23 ms on a 2-core Zen 4 VM, its caches helping). The pinned copy of a whole batch is
+# one thread's memcpy and keeps PIN_COPY_BYTES_PER_S.
+STEP_ELEMENTWISE_BYTES_PER_S = 20e9
+# Images have 1 (grey), 3 (RGB) or 4 (RGBA) channels.
+IMAGE_CHANNELS = (1, 3, 4)
 # Loading stages that work on uint8 images or before the float conversion (decoding, PIL geometry
 # and colour ops): their cost does not depend on the float dtype the batch ends in.
 UINT8_STAGES = frozenset({"load", "Resize", "RandomResizedCrop", "CenterCrop", "RandomCrop", "RandomHorizontalFlip",
@@ -75,37 +89,54 @@ def _dominant_param_dtype(param_dtypes: dict[str, int]) -> str | None:
 
 
 def _float_stage_share(inp: DoctorInput) -> float:
-    """Share of the loading CPU in stages that handle the float batch (all but the uint8 ones)."""
+    """Share of the loading CPU in stages that handle the float batch: all but the uint8 ones, and
+    always the last per-sample stage, which hands out the float64 tensors (a ``__getitem__`` with no
+    transforms is one stage, ``load``, that does the float math itself)."""
     pipe = summarize_pipeline(inp.record)
     if pipe is None or pipe.cpu_s_per_sample <= 0:
         return 0.0
     total = sum(st.cpu_s_per_sample for st in pipe.stages)
     if total <= 0:
         return 0.0
+    per_sample = [st for st in pipe.stages if st.name != "collate"]
+    last = per_sample[-1].name if per_sample else None
     floats = sum(st.cpu_s_per_sample for st in pipe.stages
-                 if st.name.split("#", 1)[0].split(".")[-1] not in UINT8_STAGES)
+                 if st.name == last or st.name.split("#", 1)[0].split(".")[-1] not in UINT8_STAGES)
     return floats / total
 
 
-def _float64_fix(inp: DoctorInput, model: StepInputs, f64_bytes: int, model_f64: bool) -> tuple[StepInputs, dict[str, float]]:
-    """The model's inputs with the batch (and, where it followed, the model) in float32."""
-    # Loading stages that move the float tensors halve with their bytes; decoding/uint8 stages stay.
+def _is_image_batch(shape: list[int]) -> bool:
+    """A batch of images: N x C x H x W with 1, 3 or 4 channels (their pixels start as uint8)."""
+    return len(shape) == 4 and shape[1] in IMAGE_CHANNELS
+
+
+def _float64_fix(inp: DoctorInput, model: StepInputs, f64_bytes: int, model_f64: bool,
+                 images: bool) -> tuple[StepInputs, dict[str, float]]:
+    """The model's inputs with the batch (and, where it followed, the model) in float32, or, for
+    ``images`` going to a float32 model, shipped as uint8 and normalized in the step."""
+    # Loading stages that move the float tensors shrink with their bytes; decoding/uint8 stages stay.
     share = _float_stage_share(inp)
-    load_cpu = model.load_cpu_s * (1.0 - share * (1.0 - FLOAT32_OVER_FLOAT64_BYTES))
+    bytes_after = UINT8_OVER_FLOAT64_BYTES if images and not model_f64 else FLOAT32_OVER_FLOAT64_BYTES
+    load_cpu = model.load_cpu_s * (1.0 - share * (1.0 - bytes_after))
     phases = dict(model.phases_s)
     speed: dict[str, float] = dict(model.phase_speed)
-    cast_s = 0.0
+    cast_s = normalize_s = 0.0
     if model_f64:
         speed.update({p: FP64_SLOWDOWN for p in ("forward", "backward", "optimizer", "h2d")})
     else:
-        # The step's cast reads 8 bytes and writes 4 per element: memory traffic at one core's bandwidth.
-        cast_s = f64_bytes * (1.0 + FLOAT32_OVER_FLOAT64_BYTES) / PIN_COPY_BYTES_PER_S
+        # Memory traffic of the step's elementwise work on the batch.
+        elements = f64_bytes / 8
+        cast_s = elements * CAST_F64_BYTES_PER_ELEMENT / STEP_ELEMENTWISE_BYTES_PER_S
+        if images:
+            # The uint8 batch is normalized in the step instead: a cast and two elementwise ops.
+            normalize_s = elements * NORMALIZE_U8_BYTES_PER_ELEMENT / STEP_ELEMENTWISE_BYTES_PER_S
         where = "other" if phases.get("other", 0.0) >= cast_s else "forward"
-        phases[where] = max(0.0, phases.get(where, 0.0) - cast_s)
-        speed["h2d"] = 1.0 / FLOAT32_OVER_FLOAT64_BYTES
+        phases[where] = max(0.0, phases.get(where, 0.0) - cast_s + normalize_s)
+        speed["h2d"] = 1.0 / bytes_after
     after = model.changed(load_cpu_s=load_cpu, phases_s=phases, phase_speed=speed)
     return after, {"float_stage_share_of_loading": share, "load_cpu_s_per_step": model.load_cpu_s,
-                   "load_cpu_s_per_step_after": load_cpu, "cast_s_per_step": cast_s}
+                   "load_cpu_s_per_step_after": load_cpu, "cast_s_per_step": cast_s,
+                   "normalize_s_per_step_after": normalize_s}
 
 
 @rule("BATCH_DTYPE", kind="doctor")
@@ -122,7 +153,8 @@ def batch_dtype(inp: DoctorInput) -> Finding | None:
         names = ", ".join(f"{t.path} {list(t.shape)}" for t in f64[:3])
         f64_bytes = sum(t.nbytes for t in f64)
         model_f64 = model_dtype == "float64"
-        after, parts = _float64_fix(inp, model, f64_bytes, model_f64)
+        images = not model_f64 and all(_is_image_batch(list(t.shape)) for t in f64)
+        after, parts = _float64_fix(inp, model, f64_bytes, model_f64, images)
         est = estimate(model, after, summary.step_time_mean_s)
         evidence = {
             "float64_tensors": [t.path for t in f64],
@@ -147,6 +179,17 @@ def batch_dtype(inp: DoctorInput) -> Finding | None:
                 "x = torch.from_numpy(array.astype(np.float32))\n"
                 "# and keep the model in float32: drop model.double()"
             )
+        elif images:
+            title = f"Image batches are float64 ({names}): built, collated and shipped at 8x the bytes of uint8"
+            explain = (
+                "The loader normalizes the pixels in float64, collates and ships 8 bytes per pixel through "
+                "shared memory, and the step casts them again. Estimate: the step model with the loading "
+                "stages that handle the float tensors at 1/8 of their bytes (uint8), the cast gone, and a "
+                "float32 normalize of the uint8 batch added to the step."
+            )
+            fix = ("# in the Dataset: hand out the uint8 image (torch.from_numpy(img), or PILToTensor())\n"
+                   "# and normalize the whole batch in the step, in float32:\n"
+                   "x = (x.float() / 255.0 - mean) / std  # mean, std: float32 tensors of shape (1, C, 1, 1)")
         else:
             title = f"Batches are float64 ({names}) and are converted for a {model_dtype or 'non-float64'} model"
             explain = (

@@ -8,7 +8,8 @@ node even builds a full-size gradient); whole-tensor ops pay that once.
 
 Only Python that is really in the loop is named: a line whose time is spent inside a library call
 doing real C++ work (``clip_grad_norm_`` over large gradients: ops costing many dispatches each)
-is left out. The fix is chosen from the source at the named line (a per-element loop, a read-back
+is left out, and so is a line of whole-tensor ops outside any loop (``x = x.float()`` of a large
+batch) when the ops do such work. The fix is chosen from the source at the named line (a per-element loop, a read-back
 such as ``.item()``, logging, or other per-step Python).
 """
 
@@ -45,6 +46,16 @@ def ops_do_work(other_s: float, other_ops: int | None, op_overhead_ns: float | N
     return other_s * 1e9 / other_ops >= LIBRARY_OP_DISPATCHES * op_overhead_ns
 
 
+READBACK_CALLS = (".item()", ".cpu()", ".tolist()", ".numpy()")
+
+
+def is_whole_tensor_line(source: str, in_loop: bool) -> bool:
+    """A line outside any per-element loop that neither reads a tensor back nor logs: whole-tensor
+    ops (``x = x.float()``), whose time is the ops' C++ work when the ops do work."""
+    return bool(source) and not in_loop and not any(c in source for c in READBACK_CALLS) \
+        and "print(" not in source and "log" not in source
+
+
 def line_fix(label: str, source: str, in_loop: bool) -> str:
     """A fix that fits the code at the hot line: its text and whether a per-element loop encloses it."""
     head = f"# {label}: {source}" if source else f"# {label}"
@@ -55,7 +66,7 @@ def line_fix(label: str, source: str, in_loop: bool) -> str:
 # becomes
 loss = F.cross_entropy(out, y, reduction="sum")
 # (or wrap the function in torch.compile when it cannot be written with batched ops)"""
-    if any(call in source for call in (".item()", ".cpu()", ".tolist()", ".numpy()")):
+    if any(call in source for call in READBACK_CALLS):
         return f"""{head}
 # reads a tensor back every step: keep the running value on the device, read it every N steps
 running = running + loss.detach()
@@ -151,8 +162,11 @@ def python_overhead(inp: DoctorInput) -> Finding | None:
         return _unattributed(inp, other, samples)
     lines = [h for h in hot_lines(record.stacks, steps, "other", limit=3) if h.share >= LINE_MIN_SHARE]
     if ops_do_work(other, record.config.aten_ops_by_phase.get("other"), record.probes.op_overhead_ns):
-        # Library calls doing real work (clip_grad_norm_ over large gradients) are not Python overhead.
-        lines = [h for h in lines if library_share(record.stacks, h.file, h.line, steps, "other") < LIBRARY_MIN_SHARE]
+        # Library calls doing real work (clip_grad_norm_ over large gradients) are not Python overhead,
+        # and neither is a whole-tensor op written in the loop (a cast of a large batch).
+        lines = [h for h in lines
+                 if library_share(record.stacks, h.file, h.line, steps, "other") < LIBRARY_MIN_SHARE
+                 and not is_whole_tensor_line(*source_context(h.file, h.line))]
     if not lines:
         return None
     hot_share = min(1.0, sum(h.share for h in lines))
