@@ -79,3 +79,22 @@ def hypergeometric_tail(population: int, marked: int, draws: int, k: int) -> flo
         return 1.0
     top = min(marked, draws)
     return sum(math.comb(marked, i) * math.comb(population - marked, draws - i) for i in range(max(k, 0), top + 1)) / total
+
+
+# A paired gain holds only where the faster side won so many rounds that a fair coin would win as
+# many less than 5 % of the time (a one-sided sign test); otherwise it is reported as no gain.
+SIGN_TEST_P = 0.05
+
+
+def paired_ratio(own_s: Sequence[float], other_s: Sequence[float]) -> float:
+    """The median of the rounds' own/other time ratios (rounds timed back to back), at most 1 unless
+    the other side won significantly many rounds (:data:`SIGN_TEST_P`). A best-of-rounds per side
+    lets one lucky round of a busy machine pass for a gain; paired rounds and the test do not."""
+    ratios = [a / b for a, b in zip(own_s, other_s) if b > 0]
+    if not ratios:
+        return 1.0
+    ratio = statistics.median(ratios)
+    wins = sum(r > 1.0 for r in ratios)
+    if ratio > 1.0 and binomial_tail(len(ratios), wins, 0.5) >= SIGN_TEST_P:
+        return 1.0
+    return ratio

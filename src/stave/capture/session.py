@@ -413,7 +413,10 @@ class DoctorSession:
         batch, seq = max(1, round(rows / forwards)), max(1, round(tokens / rows))
         # Under autocast attention runs in the autocast dtype; otherwise in the parameters' (fp32).
         dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(cfg.autocast_dtype or "", torch.float32)
-        times = probe_attention(batch, heads, seq, head_dim, bool(causal), dtype, device)
+        # transformers builds the eager causal mask in the embeddings' dtype: the parameters' float32
+        # under autocast (a model cast to bf16 has bf16 parameters and a bf16 mask).
+        mask_dtype = torch.float32 if cfg.autocast_dtype else dtype
+        times = probe_attention(batch, heads, seq, head_dim, bool(causal), dtype, device, mask_dtype=mask_dtype)
         if times is not None:
             probes.attention_eager_s = times.eager_s * times.batch_scale
             probes.attention_sdpa_s = times.sdpa_s * times.batch_scale

@@ -4,8 +4,8 @@ Run after the script ends, only when a Hugging Face model ran ``attn_implementat
 attention call, forward and backward, both ways: the eager path as transformers writes it
 (``q @ k^T`` scaled, an additive causal mask for a decoder, softmax in float32, ``@ v``) and the
 fused SDPA call the ``"sdpa"`` implementation makes (``is_causal=True`` for a decoder, no mask
-otherwise), interleaved, best of a few rounds, on ``[batch, heads, seq, head_dim]`` tensors of the
-run's dtype. Which SDPA kernel wins, and by how much, depends on the device, the sequence length
+otherwise), in paired rounds (median ratio, sign test), on ``[batch, heads, seq, head_dim]``
+tensors of the run's dtype, the mask in the parameters' dtype. Which SDPA kernel wins, and by how much, depends on the device, the sequence length
 and the head size (on a CPU from about even at short sequences to several-fold at long ones), so
 the saving is measured rather than assumed.
 """
@@ -13,6 +13,7 @@ the saving is measured rather than assumed.
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -20,13 +21,18 @@ import torch
 import torch.nn.functional as F
 
 from stave import device as dev
+from stave.analyze.stats import paired_ratio
 
 log = logging.getLogger(__name__)
 
-# Rounds per side (best kept: slower ones met interference) and calls per round.
-ROUNDS = 3
+# Rounds (each times both sides back to back, the order alternating) and calls per round. The
+# ratio is the median of the rounds' ratios with a sign test (analyze.stats.paired_ratio); the
+# best of three rounds per side, as before, read eager at 9.5 ms one run and 22 ms the next at the
+# same shape on a 2-core Zen 4 VM, and the estimate with it.
+ROUNDS = 9
+MIN_ROUNDS = 5
 CALLS_PER_ROUND = 2
-# Wall-time budget: after the first round pair, no new round starts past it.
+# Wall-time budget: after MIN_ROUNDS rounds, no new round starts past it.
 BUDGET_S = 2.0
 # The probe's tensors (q, k, v, the scores and their gradients) may take this many bytes; larger
 # shapes shrink the batch, then the heads (each row and head is an independent problem of the same
@@ -46,12 +52,20 @@ class AttentionTimes:
     batch_scale: float
 
 
-def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
-    """Attention the way transformers' eager path computes it (the score matrix materialized)."""
+def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                    mask_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Attention the way transformers' eager path computes it (the score matrix materialized).
+
+    ``mask_dtype``: the dtype of the additive causal mask (default: the scores'). transformers builds
+    it in the embeddings' dtype, the parameters' float32 under autocast: adding it promotes the
+    bf16 scores to float32, and the softmax, its cast and the backward then run on float32
+    ``[seq, seq]`` matrices (22 ms against 17 ms with a bf16 mask at [1, 4, 1024, 32] on a 2-core Zen 4).
+    """
     scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
     if causal:
         seq = q.shape[-2]
-        mask = torch.full((seq, seq), torch.finfo(scores.dtype).min, device=q.device, dtype=scores.dtype).triu(1)
+        dtype = mask_dtype or scores.dtype
+        mask = torch.full((seq, seq), torch.finfo(dtype).min, device=q.device, dtype=dtype).triu(1)
         scores = scores + mask
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
     return weights @ v
@@ -67,8 +81,14 @@ def _call_s(fn, q, k, v, device) -> float:
 
 
 def probe_attention(batch: int, heads: int, seq: int, head_dim: int, causal: bool,
-                    dtype: torch.dtype = torch.float32, device: "torch.device | str" = "cpu") -> AttentionTimes | None:
-    """Time one eager and one SDPA attention call (forward + backward) at this shape (None: cannot)."""
+                    dtype: torch.dtype = torch.float32, device: "torch.device | str" = "cpu",
+                    mask_dtype: torch.dtype | None = None) -> AttentionTimes | None:
+    """Time one eager and one SDPA attention call (forward + backward) at this shape (None: cannot).
+
+    ``mask_dtype``: the eager path's causal-mask dtype (the model parameters'; see
+    :func:`eager_attention`). ``sdpa_s`` is ``eager_s`` over the paired ratio, so a gain the rounds
+    do not show significantly is reported as none (``sdpa_s == eager_s``).
+    """
     if min(batch, heads, seq, head_dim) < 1:
         return None
     device = dev.resolve_device(device)
@@ -83,22 +103,25 @@ def probe_attention(batch: int, heads: int, seq: int, head_dim: int, causal: boo
     q, k, v = (torch.randn(rows, probe_heads, seq, head_dim, generator=gen, device=device, dtype=dtype).requires_grad_()
                for _ in range(3))
     sides = {
-        "eager": lambda a, b, c: eager_attention(a, b, c, causal),
+        "eager": lambda a, b, c: eager_attention(a, b, c, causal, mask_dtype),
         "sdpa": lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=causal),
     }
-    best = {name: float("inf") for name in sides}
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    names = list(sides)
     try:
         for fn in sides.values():
             _call_s(fn, q, k, v, device)  # warm-up: allocations and kernel choice
         start = time.perf_counter()
-        for _ in range(ROUNDS):
-            for name, fn in sides.items():
-                best[name] = min(best[name], _call_s(fn, q, k, v, device))
-            if time.perf_counter() - start > BUDGET_S:
+        for r in range(ROUNDS):
+            for name in names[r % 2:] + names[:r % 2]:  # neither always goes first
+                times[name].append(_call_s(sides[name], q, k, v, device))
+            if r + 1 >= MIN_ROUNDS and time.perf_counter() - start > BUDGET_S:
                 break
     except (RuntimeError, ValueError) as exc:
         # A dtype or shape this build's kernels do not take: nothing measured.
         log.debug("attention probe skipped: %s", exc)
         return None
-    return AttentionTimes(best["eager"], best["sdpa"], (rows, probe_heads, seq, head_dim),
+    eager_s = statistics.median(times["eager"])
+    ratio = paired_ratio(times["eager"], times["sdpa"])
+    return AttentionTimes(eager_s, eager_s / ratio, (rows, probe_heads, seq, head_dim),
                           batch * heads / (rows * probe_heads))

@@ -15,13 +15,12 @@ kernel is not faster than the run's loop, its ratio is at most 1 and no fix is p
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 
 import torch
 
 from stave import device as dev
-from stave.analyze.stats import binomial_tail
+from stave.analyze.stats import paired_ratio
 from stave.measure.config import FUSED_OPTIMIZERS, OptimizerInfo
 
 log = logging.getLogger(__name__)
@@ -42,9 +41,8 @@ ROUNDS = 9
 # wall-time budget (a loaded machine gets a rougher answer rather than a long wait).
 MIN_ROUNDS = 5
 BUDGET_S = 1.5
-# The other implementation is faster only where it won so many rounds that a coin would do as
-# well less than 5 % of the time; otherwise its ratio is reported as at most 1 (no gain shown).
-SIGN_TEST_P = 0.05
+# The other implementation is faster only where it won significantly many rounds (a sign test,
+# analyze.stats.SIGN_TEST_P); otherwise its ratio is reported as at most 1 (no gain shown).
 _SEED = 20240602
 
 
@@ -79,19 +77,6 @@ def _round_s(optimizer: torch.optim.Optimizer, device: torch.device, steps: int 
         optimizer.step()
     dev.synchronize(device)
     return (time.perf_counter() - start) / steps
-
-
-def paired_ratio(own_s: list[float], other_s: list[float]) -> float:
-    """The median of the rounds' own/other ratios, at most 1 unless the other won significantly
-    many rounds (see :data:`SIGN_TEST_P`)."""
-    ratios = [a / b for a, b in zip(own_s, other_s) if b > 0]
-    if not ratios:
-        return 1.0
-    ratio = statistics.median(ratios)
-    wins = sum(r > 1.0 for r in ratios)
-    if ratio > 1.0 and binomial_tail(len(ratios), wins, 0.5) >= SIGN_TEST_P:
-        return 1.0
-    return ratio
 
 
 def run_implementation(opt: OptimizerInfo, device: torch.device) -> str:

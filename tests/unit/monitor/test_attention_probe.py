@@ -44,3 +44,25 @@ def test_geometry_from_hf_style_configs():
     bert = type("C", (), {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 128, "is_decoder": False})()
     assert attention_geometry(bert, "BertForSequenceClassification") == [2, 4, 32, 0]
     assert attention_geometry(object(), "Thing") == []
+
+
+def test_a_lucky_round_is_no_gain_and_the_mask_follows_the_parameters(monkeypatch):
+    """Paired rounds: SDPA faster in one lucky round only is reported as no gain (sdpa_s == eager_s);
+    the eager side builds its causal mask in ``mask_dtype`` (transformers: the parameters' float32)."""
+    seen_masks: list[torch.dtype] = []
+    real_eager = attention_probe.eager_attention
+
+    def spy(q, k, v, causal, mask_dtype=None):
+        seen_masks.append(mask_dtype)
+        return real_eager(q, k, v, causal, mask_dtype)
+
+    rounds = iter([0.0] * 2 + [1.0, 0.4] + [1.0, 1.0] * 20)  # warm-up pair, one lucky round, then even
+
+    monkeypatch.setattr(attention_probe, "eager_attention", spy)
+    monkeypatch.setattr(attention_probe, "_call_s", lambda fn, q, k, v, device: (fn(q, k, v), next(rounds))[1])
+    times = probe_attention(1, 2, 16, 8, causal=True, dtype=torch.bfloat16, mask_dtype=torch.float32)
+    assert times is not None and times.sdpa_s == times.eager_s
+    assert seen_masks and set(seen_masks) == {torch.float32}
+    # A bf16 mask is what the scores' dtype gives without one.
+    q = torch.randn(1, 1, 4, 2, dtype=torch.bfloat16)
+    assert real_eager(q, q, q, True, torch.float32).dtype == torch.bfloat16

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from stave.analyze.stats import paired_ratio
 from stave.capture.config_probe import optimizer_info, param_size_counts
 from stave.measure.config import OptimizerInfo
 from stave.monitor import optimizer_probe
@@ -56,12 +57,12 @@ def test_a_gain_needs_the_rounds_to_agree():
     # median of the paired ratios is 1.0 and there is no gain.
     own = [1.4, 1.4, 1.4, 1.4, 1.4, 1.4, 1.4, 1.4, 1.4]
     lucky = [1.4, 0.5, 1.4, 1.4, 1.4, 1.4, 1.4, 1.4, 1.4]
-    assert optimizer_probe.paired_ratio(own, lucky) == 1.0
+    assert paired_ratio(own, lucky) == 1.0
     # Won five of nine rounds at 1.5x: a coin does as well a third of the time; reported as 1.0.
     half = [1.0, 1.0, 1.0, 1.0, 1.4, 1.4, 1.4, 1.4, 1.4]
-    assert optimizer_probe.paired_ratio([1.4] * 9, half) == 1.0
+    assert paired_ratio([1.4] * 9, half) == 1.0
     # Won every round by about 1.1x: a gain, the median of the rounds' ratios.
     steady = [1.27, 1.28, 1.26, 1.27, 1.30, 1.25, 1.27, 1.29, 1.27]
-    assert abs(optimizer_probe.paired_ratio([1.4] * 9, steady) - 1.4 / 1.27) < 1e-9
+    assert abs(paired_ratio([1.4] * 9, steady) - 1.4 / 1.27) < 1e-9
     # Slower is reported as measured (no test needed to say there is no gain).
-    assert optimizer_probe.paired_ratio([1.0] * 5, [1.25] * 5) == 0.8
+    assert paired_ratio([1.0] * 5, [1.25] * 5) == 0.8
