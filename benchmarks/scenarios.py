@@ -664,7 +664,8 @@ def render_markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
     lines = [
         f"Last run: {meta['date']}, {meta['machine']}, {meta['pairs']} interleaved pairs per row after a warm-up "
         f"pair, {meta['minutes']:.0f} min in all{', QUICK smoke run (not a measurement of the goals)' if meta['quick'] else ''}"
-        f"{', only ' + meta['only'] if meta['only'] else ''}; torch's default threads; 1-min load average "
+        f"{', only ' + meta['only'] if meta['only'] else ''}"
+        f"{', the first row of each scenario' if meta.get('first_rows') else ''}; torch's default threads; 1-min load average "
         f"{meta['load_min']:.1f}-{meta['load_max']:.1f} during the pairs"
         f"{_budget_note(meta)}.",
         f"Command: `{meta['command']}`",
@@ -748,6 +749,8 @@ def main(argv: list[str] | None = None) -> int:
                         "the glob or contains the text")
     parser.add_argument("--quick", action="store_true", help="2 pairs, quick_steps, the first row of each scenario "
                         "(or the --variant rows): a smoke run")
+    parser.add_argument("--first-rows", action="store_true", help="only each scenario's first row (as --quick), "
+                        "with the full steps and pairs: the goals' measurement of every scenario once")
     parser.add_argument("--pairs", type=int, help="interleaved pairs per row (default 5; --quick 2)")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="results JSON (rewritten after every row)")
     parser.add_argument("--write-docs", action="store_true", help="write the section of docs/benchmarks.md")
@@ -787,7 +790,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.variant:
             pat = args.variant if any(ch in args.variant for ch in "*?[") else f"*{args.variant}*"
             variants = [v for v in variants if fnmatch.fnmatch(v.label, pat)]
-        elif args.quick:
+        elif args.quick or args.first_rows:
             variants = variants[:1]
         plan += [(sc, v) for v in variants if v.cores <= len(os.sched_getaffinity(0))]
     if args.budget_min is not None and args.budget_min <= 0:
@@ -836,7 +839,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{cpu_model()}, {os.cpu_count()} cores, "
                    f"native bf16: {native_bf16_cpu()}",
-        "pairs": pairs, "quick": args.quick, "only": args.only or "",
+        "pairs": pairs, "quick": args.quick, "only": args.only or "", "first_rows": args.first_rows,
         "estimated_minutes": planned_s / 60, "budget_min": args.budget_min, "skipped_for_budget": skipped,
         "startup_s": startup,
         "command": "python benchmarks/scenarios.py " + " ".join(argv if argv is not None else sys.argv[1:]),
