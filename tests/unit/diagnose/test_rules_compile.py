@@ -7,7 +7,6 @@ import torch
 from synth_records import healthy_config, healthy_record, run_rule
 
 from stave.capture.compile_stats import read_compile_stats
-from stave.diagnose.rules import compile as compile_rule
 
 
 def compiled_record(frames_counted: int | None, compile_s: float, reasons: list[str]):
@@ -59,23 +58,3 @@ def test_dynamo_counters_see_frames_and_reasons():
     assert after is not None
     assert after.frames - (before.frames if before else 0) >= 3
     assert any("size mismatch" in r for r in after.reasons)
-
-
-def test_buckets_keep_one_compile_per_multiple_the_sizes_reach():
-    """The bucket fix still compiles one graph per multiple of 32 the sizes reach: the estimate
-    keeps that share of the compiling."""
-    reasons = ["0/1: tensor 'args[0]' size mismatch at index 2. expected 64, actual 72",
-               "0/2: tensor 'args[0]' size mismatch at index 2. expected 72, actual 80",
-               "0/3: tensor 'args[0]' size mismatch at index 2. expected 80, actual 88",
-               "0/4: tensor 'args[0]' size mismatch at index 2. expected 88, actual 120",
-               "0/5: tensor 'args[0]' size mismatch at index 2. expected 120, actual 128"]
-    assert compile_rule.sizes_seen(reasons, "args[0]", "2") == {64, 72, 80, 88, 120, 128}
-    assert compile_rule.sizes_seen(reasons, "args[0]", "3") == set()
-    # 64 | 72 80 88 -> 96 | 120 128 -> 128: three graphs for six sizes.
-    assert compile_rule.bucketed_share({64, 72, 80, 88, 120, 128}) == pytest.approx(0.5)
-    f = run_rule("RECOMPILES", compiled_record(6, 0.6, reasons))
-    assert f.evidence["compile_share_kept_by_buckets"] == pytest.approx(0.5)
-    # Half the compiling comes off the step.
-    assert f.evidence["compile_s_per_step_saved"] == pytest.approx(f.evidence["compile_s_per_step"] / 2, rel=1e-3)
-    everything = run_rule("RECOMPILES", compiled_record(6, 0.6, reasons[:1]))  # mark_dynamic: one graph
-    assert f.est_speedup < everything.est_speedup

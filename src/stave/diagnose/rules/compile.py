@@ -32,29 +32,6 @@ _SIZE = re.compile(r"tensor '([^']+)' (size|rank|dtype|stride)[^.]*mismatch(?: a
 REPEATED_FAILURES = 3
 
 
-# The multiple the fix pads a repeatedly failing dimension up to (detection models' "size divisible
-# by 32"): the fix still compiles one graph per multiple the sizes reach, and the estimate keeps those.
-BUCKET_MULTIPLE = 32
-_SIZES = re.compile(r"tensor '([^']+)' size mismatch at index (\d+)\. expected (\d+), actual (\d+)")
-
-
-def sizes_seen(reasons: list[str], tensor: str, index: str) -> set[int]:
-    """The sizes of ``tensor`` at dimension ``index`` that the guard failures name (expected and actual)."""
-    out: set[int] = set()
-    for text in reasons:
-        for m in _SIZES.finditer(text):
-            if m.group(1) == tensor and m.group(2) == index:
-                out.update((int(m.group(3)), int(m.group(4))))
-    return out
-
-
-def bucketed_share(sizes: set[int], multiple: int = BUCKET_MULTIPLE) -> float:
-    """Graphs compiled with the sizes padded up to ``multiple`` over graphs compiled per size."""
-    if not sizes:
-        return 0.0
-    return len({-(-s // multiple) * multiple for s in sizes}) / len(sizes)
-
-
 def _failures_of(reasons: list[str], tensor: str, index: str) -> int:
     """How many recompile reasons name a size mismatch of ``tensor`` at dimension ``index``."""
     return sum(1 for text in reasons for m in _SIZE.finditer(text)
@@ -82,20 +59,15 @@ def recompiles(inp: DoctorInput) -> Finding | None:
     model = step_inputs(record, summary)
     if model is None:
         return None
-    tensor, what, index = _changing(cfg.recompile_reasons)
-    failures = _failures_of(cfg.recompile_reasons, tensor, index) if tensor and what == "size" and index else 0
-    repeated = failures >= REPEATED_FAILURES
-    # Where the fix is buckets, it still compiles one graph per bucket the sizes reach: that share of
-    # the compiling stays (mark_dynamic's single graph is priced as no compiling left).
-    sizes = sizes_seen(cfg.recompile_reasons, tensor, index) if repeated and tensor and index else set()
-    kept_share = bucketed_share(sizes)
     # The compiles ran inside the steps' forward (where the compiled module is called): per step,
     # their mean share of the counted steps comes off that phase.
     per_step = compile_s / summary.steps
-    saved_per_step = per_step * (1.0 - kept_share)
     phases = dict(model.phases_s)
-    phases["forward"] = max(0.0, phases.get("forward", 0.0) - saved_per_step)
+    phases["forward"] = max(0.0, phases.get("forward", 0.0) - per_step)
     est = estimate(model, model.changed(phases_s=phases), summary.step_time_mean_s)
+    tensor, what, index = _changing(cfg.recompile_reasons)
+    failures = _failures_of(cfg.recompile_reasons, tensor, index) if tensor and what == "size" and index else 0
+    repeated = failures >= REPEATED_FAILURES
     if repeated:
         fix = (f"# dimension {index} of {tensor} failed the guards {failures} times: dynamic shapes did not\n"
                "# hold for it (dynamic=False, or an op that specializes on the size, e.g. a CPU convolution).\n"
@@ -122,22 +94,17 @@ def recompiles(inp: DoctorInput) -> Finding | None:
             "frames_compiled_total": cfg.compile_frames,
             "compile_s_after_warmup": compile_s,
             "compile_s_per_step": per_step,
-            "compile_s_per_step_saved": saved_per_step,
             "recompile_reasons": cfg.recompile_reasons,
             "changing_tensor": tensor,
             "changing_property": what,
             "changing_dim": index,
             "dynamic_did_not_hold": repeated,
-            "sizes_seen": sorted(sizes),
-            "compile_share_kept_by_buckets": kept_share,
             "model_inputs_changed": {"phases_s.forward": [model.phases_s.get("forward", 0.0), phases["forward"]]},
         },
         fix,
         explanation=(
             "Each guard failure compiles a new graph on the main thread, inside the step. Estimate: "
-            "the step model with the counted steps' compile time taken off their forward phase; where "
-            "the fix is buckets, less the share of graphs the buckets still compile (one per multiple "
-            f"of {BUCKET_MULTIPLE} the sizes seen reach, over one per size)."
+            "the step model with the counted steps' compile time taken off their forward phase."
         ),
         severity=severity,
     )
