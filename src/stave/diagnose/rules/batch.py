@@ -89,19 +89,20 @@ def _dominant_param_dtype(param_dtypes: dict[str, int]) -> str | None:
 
 
 def _float_stage_share(inp: DoctorInput) -> float:
-    """Share of the loading CPU in stages that handle the float batch: all but the uint8 ones, and
-    always the last per-sample stage, which hands out the float64 tensors (a ``__getitem__`` with no
-    transforms is one stage, ``load``, that does the float math itself)."""
+    """Share of the loading CPU in stages that handle the float batch: all but the uint8 ones; and
+    where ``load`` is the only per-sample stage (a ``__getitem__`` with no transforms), ``load``
+    too, since it then does the float math itself. (The stages come sorted by cost, not in pipeline
+    order, so "the last stage" cannot be read from them.)"""
     pipe = summarize_pipeline(inp.record)
     if pipe is None or pipe.cpu_s_per_sample <= 0:
         return 0.0
     total = sum(st.cpu_s_per_sample for st in pipe.stages)
     if total <= 0:
         return 0.0
-    per_sample = [st for st in pipe.stages if st.name != "collate"]
-    last = per_sample[-1].name if per_sample else None
+    per_sample = [st.name for st in pipe.stages if st.name != "collate"]
+    only = per_sample[0] if len(per_sample) == 1 else None
     floats = sum(st.cpu_s_per_sample for st in pipe.stages
-                 if st.name == last or st.name.split("#", 1)[0].split(".")[-1] not in UINT8_STAGES)
+                 if st.name == only or st.name.split("#", 1)[0].split(".")[-1] not in UINT8_STAGES)
     return floats / total
 
 
