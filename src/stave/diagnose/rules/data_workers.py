@@ -13,9 +13,9 @@ from stave.analyze.stats import median
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.measure.steps import PHASES
 from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, dataloader_call, make_finding, saving_speedup
 from stave.measure.config import LoaderInfo
+from stave.measure.steps import PHASES
 
 # Start methods that begin each worker as a fresh interpreter which imports torch and unpickles
 # the dataset: seconds per worker rather than the milliseconds of a fork.

@@ -9,8 +9,8 @@ node even builds a full-size gradient); whole-tensor ops pay that once.
 Only Python that is really in the loop is named: a line whose time is spent inside a library call
 doing real C++ work (``clip_grad_norm_`` over large gradients: ops costing many dispatches each)
 is left out, and so is a line of whole-tensor ops outside any loop (``x = x.float()`` of a large
-batch) when the ops do such work. The fix is chosen from the source at the named line (a per-element loop, a read-back
-such as ``.item()``, logging, or other per-step Python).
+batch) when the ops do such work. The fix is chosen from the source at the named line (a
+per-element loop, a read-back such as ``.item()``, logging, or other per-step Python).
 """
 
 from __future__ import annotations
