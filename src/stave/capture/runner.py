@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,11 +49,56 @@ class Target:
 
 @dataclass
 class Outcome:
-    """How the script ended: its exit code and why it stopped ("end", "steps", "exit", "error", "interrupt")."""
+    """How the script ended: its exit code and why it stopped ("end", "steps", "exit", "error", "interrupt").
+
+    ``hard_exit``: the script ended with ``os._exit``, asking to skip the interpreter's teardown
+    (scripts do it to dodge a hanging or aborting process-group shutdown); the caller finishes its
+    report and then leaves the same way (:func:`leave_if_hard_exit`).
+    """
 
     exit_code: int
     stopped_by: str
     error: str | None = None
+    hard_exit: bool = False
+
+
+class _HardExit(BaseException):
+    """Raised in place of ``os._exit`` in the doctor's own main thread, so the report is still written."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+_real_os_exit = os._exit
+_hard_exit_code: int | None = None
+
+
+def _guard_os_exit() -> None:
+    """Make the script's ``os._exit`` in this process's main thread unwind to the runner.
+
+    ``os._exit`` ends the process at once, and the doctor runs in the script's process: the steps
+    measured so far would be lost. Forked children (DataLoader workers, multiprocessing) and other
+    threads keep the real call: a child must never run the doctor's code, and only the main thread
+    can unwind to the runner.
+    """
+    pid = os.getpid()
+    main = threading.main_thread()
+
+    def guarded(code: int) -> None:
+        if os.getpid() == pid and threading.current_thread() is main:
+            raise _HardExit(int(code))
+        _real_os_exit(code)
+
+    os._exit = guarded
+
+
+def leave_if_hard_exit(code: int) -> None:
+    """End the process now with ``code``, skipping the teardown, where the script ended with ``os._exit``."""
+    if _hard_exit_code is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _real_os_exit(code)
 
 
 def _user_traceback(exc: BaseException) -> str:
@@ -77,6 +123,9 @@ def run_target(target: Target, stop_exc: type[BaseException]) -> Outcome:
         script = os.path.abspath(target.name)
         sys.argv = [target.name, *target.args]
         sys.path.insert(0, os.path.dirname(script) if os.path.isfile(script) else script)
+    global _hard_exit_code
+    _hard_exit_code = None
+    _guard_os_exit()
     try:
         if target.module:
             runpy.run_module(target.name, run_name="__main__", alter_sys=True)
@@ -84,6 +133,10 @@ def run_target(target: Target, stop_exc: type[BaseException]) -> Outcome:
             runpy.run_path(target.name, run_name="__main__")
     except stop_exc:
         return Outcome(0, "steps")
+    except _HardExit as exc:
+        _hard_exit_code = exc.code
+        return Outcome(exc.code, "exit" if exc.code == 0 else "error", None if exc.code == 0 else f"exit code {exc.code}",
+                       hard_exit=True)
     except SystemExit as exc:
         code = exc.code
         if code is None:
@@ -100,6 +153,7 @@ def run_target(target: Target, stop_exc: type[BaseException]) -> Outcome:
         sys.stderr.flush()
         return Outcome(1, "error", f"{type(exc).__name__}: {exc}")
     finally:
+        os._exit = _real_os_exit
         sys.argv = saved_argv
         sys.path[:] = saved_path
     return Outcome(0, "end")

@@ -16,6 +16,7 @@ import sys
 from typing import Sequence
 
 from stave import __version__
+from stave.capture.runner import leave_if_hard_exit
 from stave.errors import StaveError
 
 # Subcommand modules under stave.cli; each defines ``register(subparsers)`` which sets ``func``.
@@ -86,7 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(_split_script_args(parser, tokens))
     configure_logging(args.verbose)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        # The report is written: a script that ended with os._exit skipped the teardown on purpose.
+        leave_if_hard_exit(code)
+        return code
     except StaveError as exc:
         print(f"stave: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -83,6 +83,19 @@ def test_script_exit_code_wins(train_script: Path, tmp_path: Path, stave_env: di
     assert proc.returncode == 3
 
 
+def test_script_ending_in_os_exit_keeps_report_and_exit_code(tmp_path: Path, stave_env: dict[str, str], run_stave) -> None:
+    # Scripts end with os._exit to skip a process group's teardown; the doctor runs in their process.
+    script = tmp_path / "hard.py"
+    script.write_text("import os, torch\nm = torch.nn.Linear(8, 8)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+                      "for _ in range(12):\n    opt.zero_grad(); m(torch.ones(4, 8)).sum().backward(); opt.step()\n"
+                      "os._exit(5)\n")
+    out = tmp_path / "r.json"
+    proc = run_stave(["doctor", "--quiet", "--no-probes", "--json", str(out), str(script)], stave_env)
+    assert proc.returncode == 5, proc.stderr
+    report = json.loads(out.read_text())
+    assert report["run"]["script_exit_code"] == 5 and report["summary"]["steps"] >= 6
+
+
 def test_bad_input_is_one_line_and_exit_2(train_script: Path, tmp_path: Path, stave_env: dict[str, str], run_stave) -> None:
     proc = run_stave(["doctor", str(tmp_path / "missing.py")], stave_env)
     assert proc.returncode == 2

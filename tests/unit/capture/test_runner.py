@@ -77,3 +77,29 @@ def test_run_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     outcome = run_target(Target("mymod", ("4",), module=True), Stop)
     assert outcome.exit_code == 4
+
+
+def test_os_exit_in_the_main_thread_ends_the_script_not_the_doctor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from stave.capture import runner
+
+    monkeypatch.setattr(runner, "_hard_exit_code", None)  # restored to None: later CLI calls must not leave
+    real = os._exit
+    script = _script(tmp_path, "import os\nprint('trained')\nos._exit(4)\nprint('never')\n")
+    outcome = run_target(Target(script), Stop)
+    assert (outcome.exit_code, outcome.stopped_by, outcome.hard_exit) == (4, "error", True)
+    assert os._exit is real  # the guard is gone once the script has ended
+    assert runner._hard_exit_code == 4
+
+
+def test_os_exit_in_a_forked_child_still_ends_the_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from stave.capture import runner
+
+    monkeypatch.setattr(runner, "_hard_exit_code", None)
+    out = tmp_path / "status.txt"
+    body = ("import os\npid = os.fork()\nif pid == 0:\n    os._exit(7)\n"
+            f"_, status = os.waitpid(pid, 0)\nopen({str(out)!r}, 'w').write(str(os.waitstatus_to_exitcode(status)))\n")
+    outcome = run_target(Target(_script(tmp_path, body)), Stop)
+    assert outcome.stopped_by == "end" and not outcome.hard_exit
+    assert out.read_text() == "7"

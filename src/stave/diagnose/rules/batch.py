@@ -277,12 +277,18 @@ def _fixed_costs_s(inp: DoctorInput) -> tuple[float, dict[str, float]]:
         n = summary.samples_per_step
         getitem = sum(s.wall_s_per_sample for s in pipe.stages if s.name != "collate") * n
         collate = sum(s.wall_s_per_sample for s in pipe.stages if s.name == "collate") * n
+        wait = summary.phase_median_s.get("data_wait", 0.0)
+        if getitem + collate > wait > 0:
+            # In the main process a batch is loaded inside its data wait, so the median step's wait
+            # bounds it. The stage costs are means over every batch: one stalled batch (a 170 ms
+            # collate among 0.1 ms ones, seen in a DDP run) must not become a per-step cost.
+            scale = wait / (getitem + collate)
+            getitem, collate = getitem * scale, collate * scale
         # A collate call copies each sample's bytes and handles each element; the rest is per call.
         batch_bytes = sum(t.nbytes for t in cfg.batch) * micro_batches(record)
         per_sample = n * COLLATE_S_PER_SAMPLE + batch_bytes / PIN_COPY_BYTES_PER_S
         parts["collate_per_batch_s"] = max(0.0, collate - per_sample)
         # The part of the wait beyond the samples' own loading and collation: sampler and fetch overhead.
-        wait = summary.phase_median_s.get("data_wait", 0.0)
         parts["loader_overhead_s"] = max(0.0, wait - getitem - collate)
     return sum(parts.values()), parts
 
