@@ -113,6 +113,33 @@ def compute_cpu_cores(record: RunRecord) -> float | None:
     return cpu_ns / wall_ns if wall_ns > 0 and cpu_ns > 0 else None
 
 
+def load_thread_factor(record: RunRecord, load_cpu_s: float, threads: float) -> float:
+    """Main-process loading: what a worker's one thread would spend on it over what the main thread did.
+
+    The loading's stages are timed on the main thread's own CPU clock, yet torch ops in the
+    transforms run on the intra-op pool beside it; a loader worker runs them on its one thread,
+    doing the pool's share itself. The process's CPU during the data waits, less the pool's spin
+    after the compute (the spin probe), is the loading's whole CPU; it over-counts the spin between
+    the loading's own parallel ops, so the factor is an upper bound, at most the pool's threads. 1
+    where the spin is unknown (then the pool's CPU in the wait may all be spin) or nothing was timed.
+    """
+    spin = record.probes.pool_spin_s
+    if spin is None or load_cpu_s <= 0 or threads <= 1:
+        return 1.0
+    cpu_ns = wait_ns = steps = 0
+    for step in record.counted_steps():
+        if step.eval_ns > 0 or step.data_wait_ns <= 0:
+            continue
+        cpu_ns += step.data_wait_cpu_ns
+        wait_ns += step.data_wait_ns
+        steps += 1
+    if not steps or cpu_ns <= 0:
+        return 1.0
+    wait_cpu = cpu_ns / 1e9 / steps
+    spin_cpu = (threads - 1.0) * min(spin, wait_ns / 1e9 / steps)
+    return min(threads, max(1.0, (wait_cpu - spin_cpu) / load_cpu_s))
+
+
 def fixed_and_serial_s(record: RunRecord, summary: StepSummary) -> tuple[float, float]:
     """(seconds per step that do not grow with the batch, seconds that run on one thread).
 
@@ -223,6 +250,8 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
         contention_factor=contention_factor(record.probes.neighbour_stretch, *probe_threads_cores),
         transfer_cpu_s=transfer,
         receive_s=receive,
+        pool_spin_s=record.probes.pool_spin_s,
+        load_thread_factor=load_thread_factor(record, load_cpu, threads) if workers == 0 else 1.0,
         samples_per_step=n,
         gpu=gpu,
         # NVML's utilization is the share of time a kernel ran: the device's busy time per step.

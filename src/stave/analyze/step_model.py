@@ -102,6 +102,12 @@ class StepInputs:
     # (the delivery probe), for a run that loaded in the main process; a fix that starts workers adds
     # it to the main thread's step. A run with workers has it in its measured data wait.
     receive_s: float = 0.0
+    # Seconds each pool thread spins after the compute's last parallel region (the spin probe);
+    # ``None``: the whole step (see :func:`compute_cores_wanted`).
+    pool_spin_s: float | None = None
+    # Main-process loading only: the loading's CPU on a worker's one thread over the main thread's
+    # measured ``load_cpu_s`` (>= 1; see step_inputs.load_thread_factor). A fix that starts workers pays it.
+    load_thread_factor: float = 1.0
     gpu: bool = False
     device_s: float | None = None
     # The compute stretch the phases were measured under; set by :func:`calibrated` so the model
@@ -156,25 +162,35 @@ def _threads_wanted(inp: StepInputs) -> float:
 # outside the compute, its main thread the only one that wants a core then.
 
 
-def compute_cores_wanted(inp: StepInputs, compute_share: float = 1.0) -> float:
+def compute_cores_wanted(inp: StepInputs, compute_share: float = 1.0, step_s: float | None = None) -> float:
     """Cores the trainer's compute threads want over a step whose compute takes ``compute_share`` of
-    it: the whole pool the whole step when it fits the cores (its threads spin between parallel
-    regions), else the pool during the compute and the main thread for the rest."""
+    it: a pool larger than the cores, the pool during the compute and the main thread for the rest.
+
+    A pool that fits the cores keeps its threads spinning after each parallel region. Without a
+    measured spin (or a step length), they are taken to spin the whole step. With one
+    (``pool_spin_s``), the pool wants its threads during the compute and its other threads for the
+    spin after it. The main thread waits for its data asleep.
+    """
     threads = _threads_wanted(inp)
+    share = min(1.0, max(0.0, compute_share))
     if threads <= inp.cores:
-        return threads
-    return 1.0 + (threads - 1.0) * min(1.0, max(0.0, compute_share))
+        if inp.pool_spin_s is None or step_s is None or step_s <= 0 or share >= 1.0:
+            return threads
+        spin_share = min(1.0 - share, inp.pool_spin_s / step_s)
+        return threads * share + (threads - 1.0) * spin_share
+    return 1.0 + (threads - 1.0) * share
 
 
-def stretch_for(inp: StepInputs, loader_cores: float, compute_share: float = 1.0) -> float:
+def stretch_for(inp: StepInputs, loader_cores: float, compute_share: float = 1.0, step_s: float | None = None) -> float:
     """Slowdown of every runnable thread from the CPU budget: wanted cores over usable cores, >= 1.
 
     ``compute_share`` 1 gives the stretch during the compute (every compute thread runnable); the
-    step's share of compute gives the stretch a thread that runs the whole step sees on average.
+    step's share of compute gives the stretch a thread that runs the whole step sees on average
+    (``step_s``: the step's length, for the pool's spin after the compute).
     """
     if inp.gpu:
         return 1.0
-    wanted = compute_cores_wanted(inp, compute_share) + loader_cores + inp.other_cores
+    wanted = compute_cores_wanted(inp, compute_share, step_s) + loader_cores + inp.other_cores
     return max(1.0, wanted / max(inp.cores, 1e-9))
 
 
@@ -276,7 +292,8 @@ def step_time(inp: StepInputs) -> StepTime:
     k = inp.batch_scale
     # Batches loaded in workers cross to the trainer through shared memory; the main process's
     # own loading never pays that (transfer_cpu_s is only set for such a run).
-    load_cpu = (inp.load_cpu_s + (inp.transfer_cpu_s if inp.workers > 0 else 0.0)) * k
+    load_cpu = (inp.load_cpu_s * (inp.load_thread_factor if inp.workers > 0 else 1.0)
+                + (inp.transfer_cpu_s if inp.workers > 0 else 0.0)) * k
     blocked = inp.load_blocked_s * k
     pin = inp.pin_cpu_s * k
     if inp.workers <= 0:
@@ -311,7 +328,7 @@ def step_time(inp: StepInputs) -> StepTime:
         # one it gets.
         loading_wall = _loading_s(inp, load_cpu, loader_stretch) + pin * loader_stretch
         loader_runnable = min(float(inp.workers), loading_wall / max(t, 1e-9))
-        loader_stretch = stretch_for(inp, loader_runnable, compute_share=compute / max(t, 1e-9))
+        loader_stretch = stretch_for(inp, loader_runnable, compute_share=compute / max(t, 1e-9), step_s=t)
         # A worker gets the same fair share of a core as every other runnable thread.
         producer = (_loading_s(inp, load_cpu, loader_stretch) + blocked) / inp.workers
         # The trainer receives each batch on its main thread, after the batch is ready.

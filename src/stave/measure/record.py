@@ -109,6 +109,12 @@ class ProbeResults:
     # run that loaded in the main process, which never paid it. ``shm_probe_bytes``: batch size timed.
     shm_collate_s_per_byte: float | None = None
     shm_probe_bytes: int | None = None
+    # Seconds each of the intra-op pool's threads keeps spinning on a core after a parallel region
+    # before it sleeps (monitor/probes.py, CPU runs with a pool that fits the cores): what a trainer
+    # that waits for its data still takes from the loader workers. ``None``: not probed, or longer
+    # than the probe's window (``pool_spin_probe``: [threads, window in ms]), read as the whole wait.
+    pool_spin_s: float | None = None
+    pool_spin_probe: list[int] = field(default_factory=list)
     # After a run that loaded in the main process: seconds a batch of the run's shapes takes fetched
     # in the main process, from one loader worker back to back, and in ``next()`` when it was
     # already waiting (the trainer's receive) (monitor/delivery_probe.py).

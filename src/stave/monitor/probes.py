@@ -68,7 +68,8 @@ MAX_STARTUP_S = 2.0
 # when the pool exceeds the cores, switches thread pools (the first calls after a switch are slow),
 # times each of the step's GEMM shapes and their outputs at two thread counts, and one call of an
 # oversubscribed pool takes several times its normal time: it gets the largest share.
-_SHARES = {"bf16": 0.45, "rate": 0.45, "batch_scale": 0.3, "threads": 1.2, "neighbour": 0.3, "overhead": 0.15}
+_SHARES = {"bf16": 0.45, "rate": 0.45, "batch_scale": 0.3, "threads": 1.2, "neighbour": 0.3, "spin": 0.3,
+           "overhead": 0.15}
 # The batch-scaling probe times each of the step's GEMM shapes at its batch rows and at this many
 # times them: wide enough apart that the line through the two times separates the per-call cost
 # from the per-row cost, while the larger operand stays a training-sized GEMM. 8x is also a
@@ -644,6 +645,45 @@ def _neighbour_probe(torch_threads: int, gen: torch.Generator, deadline: float) 
     return result.ratio if result is not None else None
 
 
+# The spin probe's sleep after a parallel region. libgomp spins about 300,000 rounds (8.6 ms a
+# thread on a 2-core Zen 4); Intel's OpenMP spins 200 ms (KMP_BLOCKTIME), which no window of a
+# short probe sees the end of: a spin that fills the window is reported as unbounded.
+SPIN_WINDOW_S = 0.04
+SPIN_WINDOW_FULL = 0.8
+SPIN_PAIRS = 5
+SPIN_MIN_PAIRS = 3
+SPIN_MATMUL_SIZE = 256
+
+
+def _spin_probe(torch_threads: int, gen: torch.Generator, deadline: float) -> float | None:
+    """Seconds each pool thread spins after a parallel region (``None``: unbounded or not measured).
+
+    Each pair sleeps the main thread for :data:`SPIN_WINDOW_S` right after a parallel matmul, and
+    again with the pool long asleep; the process's CPU during the first sleep beyond the second
+    (this process's other threads: the monitor) is the pool's spin, spread over its other threads.
+    """
+    if torch_threads < 2:
+        return None
+    torch.set_num_threads(torch_threads)
+    a = torch.randn(SPIN_MATMUL_SIZE, SPIN_MATMUL_SIZE, generator=gen)
+    spins: list[float] = []
+    for _ in range(SPIN_PAIRS):
+        if len(spins) >= SPIN_MIN_PAIRS and time.perf_counter() + 3 * SPIN_WINDOW_S > deadline:
+            break
+        torch.mm(a, a)
+        c0 = time.process_time()
+        time.sleep(SPIN_WINDOW_S)
+        after_region = time.process_time() - c0
+        # The pool fell asleep during the first window (if its spin ends at all): the quiet window.
+        time.sleep(SPIN_WINDOW_S)
+        c0 = time.process_time()
+        time.sleep(SPIN_WINDOW_S)
+        quiet = time.process_time() - c0
+        spins.append(max(0.0, after_region - quiet) / (torch_threads - 1))
+    spin = statistics.median(spins)
+    return None if spin >= SPIN_WINDOW_FULL * SPIN_WINDOW_S else spin
+
+
 def _overhead_probe(device: torch.device, deadline: float) -> float | None:
     x = torch.ones(4, device=device)
     y = torch.ones(4, device=device)
@@ -707,6 +747,8 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
         planned.append("threads")
     if not dev.is_cuda(device):
         planned.append("neighbour")
+        if 1 < torch_threads <= cores:
+            planned.append("spin")
     total_share = sum(_SHARES[p] for p in planned)
     out = ProbeResults()
     saved_threads = torch.get_num_threads()
@@ -720,7 +762,7 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
     spent_share = 0.0
     try:
         with torch.no_grad():
-            for name in ("bf16", "rate", "batch_scale", "threads", "neighbour", "overhead"):
+            for name in ("bf16", "rate", "batch_scale", "threads", "neighbour", "spin", "overhead"):
                 if name not in planned:
                     continue
                 spent_share += _SHARES[name] / total_share
@@ -786,6 +828,9 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                 elif name == "neighbour":
                     out.neighbour_stretch = _neighbour_probe(torch_threads, cpu_gen, deadline)
                     out.neighbour_probe = [torch_threads, cores]
+                elif name == "spin":
+                    out.pool_spin_s = _spin_probe(torch_threads, cpu_gen, deadline)
+                    out.pool_spin_probe = [torch_threads, round(SPIN_WINDOW_S * 1e3)]
                 else:
                     out.op_overhead_ns = _overhead_probe(device, deadline)
     finally:

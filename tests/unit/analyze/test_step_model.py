@@ -284,3 +284,22 @@ def test_starting_workers_adds_the_delivery_both_sides():
     assert gain_paid < gain_bare
     after = step_time(paid.changed(workers=2))
     assert after.compute_s == pytest.approx(step_time(bare.changed(workers=2)).compute_s + 0.0009, rel=0.05)
+
+
+def test_a_measured_spin_bounds_what_a_fitting_pool_takes_outside_the_compute():
+    spins = model(compute_threads=2.0, pool_spin_s=0.005)
+    # A quarter of a 40 ms step computing (both threads), then the other thread spins 5 ms of it.
+    assert compute_cores_wanted(spins, 0.25, step_s=0.04) == pytest.approx(2.0 * 0.25 + 1.0 * 0.125)
+    assert compute_cores_wanted(spins, 1.0, step_s=0.04) == 2.0
+    assert compute_cores_wanted(spins, 0.25) == 2.0  # no step length: the whole step, as unmeasured
+    # Main-process loading of 54 ms beside 3.3 ms of compute (main_process_png_decode's numbers):
+    # two workers get more of the cores from a pool that sleeps through the wait.
+    phases = {"data_wait": 0.054, "forward": 0.0012, "backward": 0.0015, "optimizer": 0.0002, "other": 0.0003}
+    measured = sum(phases.values())
+    whole = model(workers=0, load_cpu_s=0.054, phases_s=phases)
+    spin = model(workers=0, load_cpu_s=0.054, phases_s=phases, pool_spin_s=0.0075)
+    assert step_time(spin).step_s == pytest.approx(step_time(whole).step_s)  # the measured run is unchanged
+    assert estimate(spin, spin.changed(workers=2), measured) > estimate(whole, whole.changed(workers=2), measured) + 0.2
+    # The pool's share of the loading's torch ops moves onto the workers' one thread each.
+    serial = model(workers=0, load_cpu_s=0.054, phases_s=phases, pool_spin_s=0.0075, load_thread_factor=2.0)
+    assert estimate(serial, serial.changed(workers=2), measured) < estimate(spin, spin.changed(workers=2), measured)

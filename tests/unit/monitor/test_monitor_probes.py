@@ -361,3 +361,27 @@ def test_smallest_first_prices_a_slow_call_on_its_smallest_share() -> None:
     assert result is not None and result.size < 1.0
     assert 1.0 not in calls  # the whole call never ran
     assert result.ratio == pytest.approx(1.0, rel=0.5)
+
+
+def test_spin_probe_reads_the_pools_spin_after_a_parallel_region(monkeypatch) -> None:
+    # The probe's own arithmetic: 9 ms of process CPU in the sleep after a region, 1 ms in a quiet
+    # one, over the one other thread of a 2-thread pool is 8 ms of spin.
+    clock = iter([0.0, 0.009, 1.0, 1.001] * probes.SPIN_PAIRS)
+    monkeypatch.setattr(probes.time, "process_time", lambda: next(clock))
+    monkeypatch.setattr(probes.time, "sleep", lambda s: None)
+    gen = torch.Generator().manual_seed(0)
+    assert probes._spin_probe(2, gen, time.perf_counter() + 5) == pytest.approx(0.008)
+    # A spin that fills the window has no end this probe can see: unbounded.
+    clock = iter([0.0, probes.SPIN_WINDOW_S, 1.0, 1.0] * probes.SPIN_PAIRS)
+    assert probes._spin_probe(2, gen, time.perf_counter() + 5) is None
+    assert probes._spin_probe(1, gen, time.perf_counter() + 5) is None
+
+
+def test_spin_probe_runs_for_a_pool_that_fits_the_cores() -> None:
+    cores = dev.usable_cores()
+    if cores < 2:
+        pytest.skip("needs 2 usable cores")
+    result = run_probes(2, "cpu", budget_s=1.5)
+    assert result.pool_spin_probe == [2, round(probes.SPIN_WINDOW_S * 1e3)]
+    # Whatever this machine's OpenMP does, the spin is inside the window or marked unbounded.
+    assert result.pool_spin_s is None or 0.0 <= result.pool_spin_s < probes.SPIN_WINDOW_S

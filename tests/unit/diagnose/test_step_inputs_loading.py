@@ -1,0 +1,36 @@
+"""What a fix that starts workers pays for a main-process loading that used the intra-op pool."""
+
+from __future__ import annotations
+
+import pytest
+from synth_records import MS, healthy_config, healthy_loader, healthy_record, make_steps, worker
+
+from stave.analyze.step_inputs import load_thread_factor
+from stave.measure import ProbeResults
+
+
+def _main_process_record(wait_cpu_share: float, spin_s: float | None):
+    """20 ms data waits in the main process, the main thread's loading 20 ms of CPU per step."""
+    steps = make_steps(lambda i: {"data_wait": 20.0, "forward": 2.0, "backward": 2.0, "optimizer": 0.5}, samples=32)
+    for s in steps:
+        s.data_wait_cpu_ns = int(20.0 * MS * wait_cpu_share)
+    loader = healthy_loader(num_workers=0, persistent_workers=False, prefetch_factor=None, batch_size=32)
+    probes = ProbeResults(op_overhead_ns=3000.0, pool_spin_s=spin_s)
+    return healthy_record(steps=steps, probes=probes, config=healthy_config(loaders=[loader]),
+                          workers=[worker(-1, 32 * len(steps), 625.0, 625.0)])
+
+
+def test_the_pools_share_of_the_loading_moves_onto_the_workers_thread():
+    # The process burned 1.8 cores in the wait; the other pool thread spun 5 ms of it after the
+    # compute; the rest (36 - 5 ms) is the loading's, 1.55x what the main thread's clock read.
+    rec = _main_process_record(1.8, 0.005)
+    assert load_thread_factor(rec, 0.020, 2.0) == pytest.approx((36.0 - 5.0) / 20.0, rel=0.01)
+    # Never more than the pool's threads, never less than the main thread's own CPU.
+    assert load_thread_factor(_main_process_record(3.0, 0.0), 0.020, 2.0) == 2.0
+    assert load_thread_factor(_main_process_record(1.0, 0.005), 0.020, 2.0) == 1.0
+
+
+def test_an_unknown_spin_leaves_the_loading_as_the_main_thread_measured_it():
+    # Without the spin probe all of the pool's CPU in the wait may be spin: nothing is added.
+    assert load_thread_factor(_main_process_record(1.8, None), 0.020, 2.0) == 1.0
+    assert load_thread_factor(_main_process_record(1.8, 0.005), 0.020, 1.0) == 1.0
