@@ -369,7 +369,13 @@ class DoctorSession:
 
         loader = training_loader(self.config.loaders)
         batch_bytes = sum(t.nbytes for t in self.config.batch)
-        if loader is None or loader.num_workers != 0 or batch_bytes <= 0:
+        if loader is None or batch_bytes <= 0:
+            return
+        if loader.num_workers != 0:
+            # Workers already paid the delivery in the run; what float64 batches cost the trainer
+            # beyond their bytes' worth (BATCH_DTYPE) is the first touch of their pages.
+            if any(t.dtype.removeprefix("torch.") == "float64" for t in self.config.batch):
+                self._probe_delivery(probes, loader)
             return
         probes.shm_collate_s_per_byte = shm_collate_s_per_byte(batch_bytes)
         probes.shm_probe_bytes = batch_bytes
@@ -395,6 +401,7 @@ class DoctorSession:
             probes.delivery_main_s = times.main_s
             probes.delivery_worker_s = times.worker_s
             probes.delivery_receive_s = times.receive_s
+            probes.delivery_touch_s = times.touch_s
 
     def _probe_attention(self, probes: Any, device: Any) -> None:
         """Eager against SDPA attention at the run's shape, when its HF model ran eager attention."""

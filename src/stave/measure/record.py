@@ -121,6 +121,9 @@ class ProbeResults:
     delivery_main_s: float | None = None
     delivery_worker_s: float | None = None
     delivery_receive_s: float | None = None
+    # The trainer's first read of a received batch beyond a second read (mapping the worker's
+    # shared-memory pages); also probed after a worker run whose batch holds float64 tensors.
+    delivery_touch_s: float | None = None
     # Share of the step's own GEMM time (weighted by each shape's count per step) that does not grow
     # with the batch: each shape timed at its batch rows and at [growth] times them; the per-call
     # part is what the line through the two times leaves at zero rows (monitor/probes.py).

@@ -79,9 +79,11 @@ def test_io_bound_not_claimed_when_off_cpu_time_is_queueing_for_a_core():
     # Off-CPU time that run_delay shows as waiting for a core is a CPU shortage, not I/O.
     rec = io_record(run_delay_us=3600.0, cpu_system_pct=99.0)
     assert run_rule("DATA_IO_BOUND", rec) is None
-    cpu = run_rule("DATA_CPU_BOUND", rec)
-    assert cpu is not None
-    assert cpu.evidence["loading_waiting_for_core_share"] > 0.8
+    # Its two workers already have a core each and compete with the compute for them: the CPU
+    # shortage is CPU_CONTENTION's (one cause, one finding), not more or cheaper loading's.
+    assert run_rule("DATA_CPU_BOUND", rec) is None
+    cpu = run_rule("CPU_CONTENTION", rec)
+    assert cpu is not None and cpu.evidence["num_workers"] == 2
 
 
 def test_io_bound_without_run_delay_uses_the_run_queue_bound():
@@ -95,7 +97,7 @@ def test_io_bound_without_run_delay_uses_the_run_queue_bound():
     rec = io_record(run_delay_us=None, cpu_system_pct=99.0, procs_running=8)
     rec.workers = [worker(i, PER_WORKER, 4000.0, 1600.0, run_delay_us=None) for i in range(2)]
     assert run_rule("DATA_IO_BOUND", rec) is None
-    assert run_rule("DATA_CPU_BOUND", rec) is not None
+    assert run_rule("CPU_CONTENTION", rec) is not None
 
 
 def test_io_bound_needs_a_scheduler_counter_or_an_idle_machine():

@@ -55,6 +55,17 @@ def test_cpu_contention_fires_with_a_small_data_wait_and_names_the_fastest_split
     assert run_rule("THREAD_OVERSUBSCRIPTION", rec) is None  # one cause, one finding
 
 
+def test_data_wait_of_contending_workers_is_cpu_contention_not_data_cpu_bound():
+    # The same job, its data wait 12 % of the step: more workers cannot help (one per core and
+    # more), so both rules would advise cheaper loading for the same cause. Only one speaks.
+    steps = make_steps(lambda i: {"data_wait": 14.0, "forward": 40.0, "backward": 50.0, "optimizer": 5.0, "other": 2.0})
+    rec = contention_record()
+    rec.steps = steps
+    rec.host = host_series(steps, cpu_main_pct=130.0, cpu_workers_pct=70.0, cpu_system_pct=100.0)
+    assert run_rule("CPU_CONTENTION", rec) is not None
+    assert run_rule("DATA_CPU_BOUND", rec) is None
+
+
 def inline_record(opens: float, read_calls: float):
     """contention_record's job, its dataset computing each sample inline in __getitem__: no separate
     transform stages, only 'load' and 'collate'."""

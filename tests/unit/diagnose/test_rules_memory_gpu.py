@@ -57,6 +57,34 @@ def test_memory_growth_quiet_on_plateau_noise_and_absence():
     assert run_rule("MEMORY_GROWTH", rss_record(None)) is None
 
 
+def _token_steps_rss(rec, tokens, grows_at):
+    """Per-step token counts and per-step RSS that grows 8 MB at the steps ``grows_at`` picks."""
+    rss = 2_000 * MB
+    seen: set[int] = set()
+    for s, t in zip(rec.steps, tokens):
+        s.tokens = t
+        if grows_at(t, t in seen):
+            rss += 8 * MB
+        seen.add(t)
+        s.rss_bytes = rss
+    rec.host = host_series(rec.steps, rss_bytes=lambda i, step: rec.steps[min(step, len(rec.steps) - 1)].rss_bytes)
+    return rec
+
+
+def test_memory_growth_with_new_batch_shapes_only_is_a_cache_not_a_leak():
+    # Variable-length batches: most steps a length never seen, a few repeating one. A cache grows
+    # only at the new lengths; a leak grows at every step, repeated lengths included.
+    n = len(rss_record(None).steps)
+    tokens = [64 * (1 + i) if i % 5 else 64 for i in range(n)]
+    cache = _token_steps_rss(rss_record(None), tokens, lambda t, seen: not seen)
+    leak = _token_steps_rss(rss_record(None), tokens, lambda t, seen: True)
+    assert run_rule("MEMORY_GROWTH", leak) is not None
+    assert run_rule("MEMORY_GROWTH", cache) is None
+    # Too few repeated lengths to tell: the line stands.
+    few = _token_steps_rss(rss_record(None), [64 * (1 + i) for i in range(n)], lambda t, seen: not seen)
+    assert run_rule("MEMORY_GROWTH", few) is not None
+
+
 def test_memory_growth_on_gpu_allocated_memory():
     rec = healthy_record(config=healthy_config(device_type="cuda", device_total_memory_bytes=80 * 2**30))
     rec.host = host_series(rec.steps, cuda_allocated_bytes=lambda i, step: 10 * 2**30 + step * 8 * MB)

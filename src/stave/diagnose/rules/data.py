@@ -21,6 +21,7 @@ from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
 from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, dataloader_call, make_finding, phase_lines
+from stave.diagnose.rules.threads import cpu_contention
 from stave.measure.config import LoaderInfo
 
 # Hiding a wait shorter than a tenth of the step cannot reach the 1.1x warning level.
@@ -256,8 +257,12 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
         )
         how = f"with {workers} workers"
     elif top is not None:
-        # No core left for another worker: only cheaper loading helps. The estimate is the upper
-        # bound of that, the top stage costing nothing.
+        # No core left for another worker: only cheaper loading helps. Where the loading's threads
+        # already take cores from the compute, that is CPU_CONTENTION's cause and fix (cheaper or
+        # batch-level loading, fewer workers, fewer threads), priced there: one cause, one finding.
+        if cpu_contention(inp) is not None:
+            return None
+        # The estimate is the upper bound of cheaper loading, the top stage costing nothing.
         after = model.changed(load_cpu_s=model.load_cpu_s * (1.0 - top.share))
         fix = stage_line
         how = f"if {top.name} cost nothing (an upper bound)"

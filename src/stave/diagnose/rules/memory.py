@@ -18,6 +18,7 @@ from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
 from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, make_finding
+from stave.measure.record import RunRecord
 
 # A leak adds about the same bytes every step, so memory against step index fits a line; warm-up
 # caches and allocator noise do not.
@@ -37,6 +38,15 @@ MEMORY_GROWTH_SUSTAINED = 0.75
 # tree grew 31 MB, 2.4% of its 1.3 GB, in its first 2 s of steps. A leak soon outgrows that; CUDA
 # allocated memory counts live tensors only and has no such warm-up, so it is exempt.
 RSS_GROWTH_MIN_SHARE = 0.10
+# Each batch shape met for the first time gets its own kernels (oneDNN keeps 1,024 primitives by
+# default) and allocator blocks, so with batches of varying shape host memory grows with the shapes
+# a run has seen and stops once they are all seen; a leak grows at every step. The steps that repeat
+# a shape tell them apart: padded_longest_healthy (each batch padded to its own longest) grew RSS
+# 12 MB a step over 22 steps, 0.0 MB at each of the three steps that repeated a token count. Steps
+# repeating a shape that grew under a quarter of the fitted rate, at least this many of them, show
+# a cache filling up, not a leak.
+REPEATED_SHAPE_MIN_STEPS = 3
+REPEATED_SHAPE_MAX_GROWTH = 0.25
 # Memory running out within a day at the measured rate: an overnight run would be killed.
 MEMORY_CRITICAL_HORIZON_S = 24 * 3600.0
 
@@ -67,6 +77,31 @@ def _leak(record_trend: MemoryTrend | None) -> bool:
     )
 
 
+def growth_at_repeated_shapes(record: RunRecord) -> tuple[float, int] | None:
+    """Mean RSS growth of the counted steps whose batch shape (tokens fed) an earlier step already
+    had, and how many there were; ``None`` without token counts or per-step RSS."""
+    seen: set[int] = set()
+    growth: list[float] = []
+    prev_rss: int | None = None
+    for step in record.steps:
+        if step.tokens > 0:
+            if step.counted and step.tokens in seen and prev_rss and step.rss_bytes:
+                growth.append(float(step.rss_bytes - prev_rss))
+            seen.add(step.tokens)
+        prev_rss = step.rss_bytes
+    if not seen:
+        return None
+    return (sum(growth) / len(growth) if growth else 0.0), len(growth)
+
+
+def _shape_cache(record: RunRecord, trend: MemoryTrend) -> bool:
+    """RSS grew with new batch shapes only (see :data:`REPEATED_SHAPE_MAX_GROWTH`)."""
+    repeated = growth_at_repeated_shapes(record)
+    if repeated is None or repeated[1] < REPEATED_SHAPE_MIN_STEPS:
+        return False
+    return repeated[0] < REPEATED_SHAPE_MAX_GROWTH * trend.bytes_per_step
+
+
 @rule("MEMORY_GROWTH", kind="doctor")
 def memory_growth(inp: DoctorInput) -> Finding | None:
     """Memory grows linearly with the step count."""
@@ -74,7 +109,7 @@ def memory_growth(inp: DoctorInput) -> Finding | None:
     host = summarize_host(record)
     candidates: list[tuple[MemoryTrend, float | None, str]] = []
     rss = memory_trend(record, "rss_bytes")
-    if _leak(rss) and rss is not None:
+    if _leak(rss) and rss is not None and not _shape_cache(record, rss):
         candidates.append((rss, host.mem_available_min_bytes, "host memory (RSS)"))
     cuda = memory_trend(record, "cuda_allocated_bytes")
     if _leak(cuda) and cuda is not None:
