@@ -157,9 +157,10 @@ def _threads_wanted(inp: StepInputs) -> float:
 # libgomp (the OpenMP runtime of torch's Linux wheels) spins a waiting pool thread GOMP_SPINCOUNT
 # times (300,000 by default) before it sleeps, but only 1,000 times when the pool has more threads
 # than CPUs (its documented default). So a pool that fits the cores keeps its threads runnable
-# between parallel regions, the whole step in a busy loop (measured: the idle pool thread of a
-# 2-thread trainer at a full core while its main thread loaded samples), and a larger pool sleeps
-# outside the compute, its main thread the only one that wants a core then.
+# between parallel regions (measured: the idle pool thread of a 2-thread trainer at a full core
+# while its main thread loaded samples with torch ops), and for about 7.5 ms after the last one
+# (the spin probe, 2-core Zen 4); a larger pool sleeps outside the compute, its main thread the only
+# one that wants a core then.
 
 
 def compute_cores_wanted(inp: StepInputs, compute_share: float = 1.0, step_s: float | None = None) -> float:
