@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import torch
 
-from stave.capture.runner import Target, run_target
+from stave.capture.runner import Target, leave_if_hard_exit, run_target
 from stave.errors import StaveError
 from stave.files import atomic_write_json
 from stave.inject.apply import install
@@ -105,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      "error": str(exc), "fixes": []})
         return 2
     atomic_write_json(args.out, result, indent=None)
+    # The result is written: a script that ended with os._exit skipped the teardown on purpose.
+    leave_if_hard_exit(0)
     return 0
 
 

@@ -21,6 +21,11 @@ model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 *
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 if "--crash" in sys.argv:
     raise RuntimeError("planted crash")
+if "--hard-exit" in sys.argv:
+    import os
+    for x, y in loader:
+        opt.zero_grad(); nn.functional.cross_entropy(model(x), y).backward(); opt.step()
+    os._exit(3)
 for epoch in range(2):
     for x, y in loader:
         loss = nn.functional.cross_entropy(model(x), y)
@@ -57,3 +62,10 @@ def test_a_crashing_script_is_reported_not_raised(script: Path, tmp_path: Path) 
     result = run_child(ChildRun(Target(str(script), ("--crash",)), steps=4), tmp_path, "crash")
     assert not result.ok and result.exit_code == 1
     assert "planted crash" in (result.error or "") and "planted crash" in result.stderr_tail
+
+
+def test_a_script_ending_in_os_exit_still_gives_its_result(script: Path, tmp_path: Path) -> None:
+    # The steps it ran are measured and the result written before the child leaves as it asked.
+    result = run_child(ChildRun(Target(str(script), ("--hard-exit",)), steps=100), tmp_path, "hard")
+    assert result.exit_code == 3 and result.stopped_by == "error"
+    assert len(result.step_end_s) == 16
