@@ -22,6 +22,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 # Findings that are about the input pipeline: a healthy script must get none of them.
 INPUT_PIPELINE_IDS = {"DATA_IO_BOUND", "DATA_CPU_BOUND", "DATA_WORKER_STARTUP", "HOST_MEMORY_PRESSURE",
                       "H2D_PAGEABLE", "H2D_BLOCKING", "BATCH_DTYPE"}
+# Scripts balanced on an AVX2 CPU whose bottleneck is gone where bf16 is native: the compute runs
+# two to three times faster, and cpu_transforms' fix (its torch-op transforms moved into workers)
+# measured 0.79-0.91x in every pair on a 2-core Zen 4 (docs/benchmarks.md, scenario matrix). There
+# the doctor must not name anything else first; naming nothing is right.
+NOT_PLANTED_WITH_NATIVE_BF16 = {"cpu_transforms"}
 
 
 def run_doctor(case: PlantedCase, repo_root: Path, tmp_path: Path, python_exe: str, env: dict[str, str]) -> dict:
@@ -53,6 +58,9 @@ def test_planted_bottleneck_is_the_top_finding(case, repo_root, tmp_path, python
         # Without native bf16 the CPU emulates it through fp32 (slower): fp32 is then the right
         # choice, and advising bf16 would be a false finding.
         assert "NO_MIXED_PRECISION" not in ids, ids
+        return
+    if case.name in NOT_PLANTED_WITH_NATIVE_BF16 and cpu_has_native_bf16():
+        assert not ids or ids[0] == case.finding, ids
         return
     assert ids, f"{case.name}: no findings"
     assert ids[0] == case.finding, f"{case.name}: top finding {ids[0]}, all: {[(f['id'], f['est_speedup']) for f in findings]}"
