@@ -15,6 +15,7 @@ from stave.analyze.host import HostSummary, summarize_host
 from stave.analyze.loading import usable_cores
 from stave.analyze.pipeline import summarize_pipeline
 from stave.analyze.step_model import COMPUTE_PHASES, StepInputs, calibrated, contention_factor
+from stave.measure.config import PRODUCT
 from stave.measure.record import RunRecord
 
 # Above this share of the usable cores busy the machine was saturated: the trainer's threads could
@@ -140,6 +141,27 @@ def load_thread_factor(record: RunRecord, load_cpu_s: float, threads: float) -> 
     return min(threads, max(1.0, (wait_cpu - spin_cpu) / load_cpu_s))
 
 
+def pool_wake_s(record: RunRecord, summary: StepSummary) -> float:
+    """Seconds per step the run's forward spent waking the pool after its wait for data.
+
+    The wake probe measured the first parallel op after a sleep as long as the run's median wait;
+    the run shows it as forward time beyond its FLOPs at the backward's rate (the backward runs the
+    same products, twice over, right after the forward with the pool awake). The smaller of the two
+    is credited: the probe says what a wait costs on this machine, the forward that this run paid it.
+    0 without the probe, without both phases' FLOPs, or when the run's forward shows no excess.
+    """
+    probe = record.probes.pool_wake_s
+    if not probe or probe <= 0:
+        return 0.0
+    flops = record.config.flops_by_phase
+    fwd_flops, bwd_flops = flops.get("forward", 0), flops.get("backward", 0)
+    forward, backward = summary.phase_s("forward"), summary.phase_s("backward")
+    if fwd_flops <= 0 or bwd_flops <= 0 or backward <= 0:
+        return 0.0
+    excess = forward - backward * fwd_flops / bwd_flops
+    return max(0.0, min(probe, excess))
+
+
 def fixed_and_serial_s(record: RunRecord, summary: StepSummary) -> tuple[float, float]:
     """(seconds per step that do not grow with the batch, seconds that run on one thread).
 
@@ -167,11 +189,15 @@ def oversubscription_penalty(record: RunRecord, summary: StepSummary, serial_s: 
     """The parallel compute's time at the script's thread count over at one thread per core.
 
     The thread probe timed the step's GEMMs and the elementwise ops on their outputs both ways. The
-    GEMMs' share of the parallel compute is their counted FLOPs at the probe's fp32 rate (measured
-    at the script's threads); the rest is the memory-bound ops between them. Each part shrinks by
-    its own ratio. Without the elementwise ratio or a rate, the GEMMs' ratio stands for all.
+    GEMMs' share of the parallel compute is their counted FLOPs at the probes' rate, taken to the
+    script's thread count by the GEMMs' ratio where the rate was timed at no more threads than cores
+    (the rate probe does, so as not to spend its slice in an oversized pool); the rest is the
+    memory-bound ops between them. Each part shrinks by its own ratio. Without the elementwise
+    ratio or a rate, the GEMMs' ratio stands for all.
     """
     gemm_ratio = record.probes.threads_speedup
+    from_run = counted_products_ratio(record) if gemm_ratio is None else None
+    gemm_ratio = gemm_ratio or (from_run[0] if from_run else None)
     if gemm_ratio is None:
         return 1.0
     elem_ratio = record.probes.threads_elementwise_speedup
@@ -179,9 +205,39 @@ def oversubscription_penalty(record: RunRecord, summary: StepSummary, serial_s: 
     parallel = max(0.0, sum(summary.phase_s(p) for p in COMPUTE_PHASES) - serial_s)
     if elem_ratio is None or not rate or parallel <= 0 or gemm_ratio <= 0 or elem_ratio <= 0:
         return gemm_ratio
-    gemm_s = min(parallel, sum(record.config.flops_by_phase.values()) / rate)
+    if from_run:
+        # The run timed its products op by op: their share of its ops' time splits the compute.
+        gemm_s = parallel * from_run[1]
+    else:
+        rate_threads = record.probes.matmul_rate_threads
+        threads = record.config.torch_threads or 0
+        at_threads = gemm_ratio if rate_threads is not None and threads > rate_threads else 1.0
+        gemm_s = min(parallel, sum(record.config.flops_by_phase.values()) / rate * at_threads)
     rest_s = parallel - gemm_s
     return parallel / (gemm_s / gemm_ratio + rest_s / elem_ratio)
+
+
+def counted_products_ratio(record: RunRecord) -> tuple[float, float] | None:
+    """(The step's matrix products and convolutions at the script's threads over at one per core, the
+    products' share of the step's op time), from the run itself: their time in the FLOP-counting step
+    (timed op by op, at the script's threads) over their FLOPs at the rate probe's rate (timed at no
+    more threads than cores). The thread probe's own convolution pairs may not fit its slice when an
+    oversized pool makes a call slow (a bf16 convolution's backward ran 50x slower at 16 threads on 2
+    cores): this is what stands in. The op-by-op timing adds the dispatch mode's own cost to each
+    op, which matters for small products only: it is not used where the probe timed them. ``None``
+    where either is missing, or the rate was timed at the script's thread count."""
+    probes, cfg = record.probes, record.config
+    rate, rate_threads = probes.matmul_flops_per_s, probes.matmul_rate_threads
+    threads = cfg.torch_threads or 0
+    if not rate or rate_threads is None or threads <= rate_threads:
+        return None
+    buckets = [b for phase, b in cfg.op_s_by_phase.items() if phase in COMPUTE_PHASES]
+    product_s = sum(b.get(PRODUCT, 0.0) for b in buckets)
+    op_s = sum(sum(b.values()) for b in buckets)
+    flops = sum(v for k, v in cfg.flops_by_phase.items() if k in COMPUTE_PHASES)
+    if product_s <= 0 or flops <= 0:
+        return None
+    return max(1.0, product_s / (flops / rate)), product_s / op_s
 
 
 def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | None = None) -> StepInputs | None:
@@ -251,6 +307,9 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
         transfer_cpu_s=transfer,
         receive_s=receive,
         pool_spin_s=record.probes.pool_spin_s,
+        wake_s=pool_wake_s(record, summary) if not gpu else 0.0,
+        wake_min_wait_s=record.probes.pool_wake_min_wait_s if record.probes.pool_wake_min_wait_s is not None
+        else float("inf"),
         load_thread_factor=load_thread_factor(record, load_cpu, threads) if workers == 0 else 1.0,
         samples_per_step=n,
         gpu=gpu,

@@ -108,6 +108,12 @@ class StepInputs:
     # Main-process loading only: the loading's CPU on a worker's one thread over the main thread's
     # measured ``load_cpu_s`` (>= 1; see step_inputs.load_thread_factor). A fix that starts workers pays it.
     load_thread_factor: float = 1.0
+    # Seconds per step the first parallel op after a long wait spends waking the pool's sleeping
+    # threads (the wake probe, held to what the run's forward shows; see step_inputs.pool_wake_s),
+    # included in the measured forward; paid by a step whose pool idles at least ``wake_min_wait_s``
+    # (its wait for data, or its main-process loading).
+    wake_s: float = 0.0
+    wake_min_wait_s: float = float("inf")
     gpu: bool = False
     device_s: float | None = None
     # The compute stretch the phases were measured under; set by :func:`calibrated` so the model
@@ -252,7 +258,9 @@ def _compute_s(inp: StepInputs, stretch: float) -> float:
     """
     total = 0.0
     for phase in COMPUTE_PHASES:
-        total += inp.phases_s.get(phase, 0.0) / max(inp.phase_speed.get(phase, 1.0), 1e-9)
+        # The pool's wake-up is latency, not work: step_time adds it where the step's wait pays it.
+        wake = min(inp.wake_s, inp.phases_s.get(phase, 0.0)) if phase == "forward" else 0.0
+        total += (inp.phases_s.get(phase, 0.0) - wake) / max(inp.phase_speed.get(phase, 1.0), 1e-9)
     fair_m = max(inp.stretch_measured, 1e-9)
     serial = min(inp.serial_s, total / fair_m)
     par_m = max(0.0, total - serial * fair_m) / _parallel_stretch(inp, fair_m, max(1.0, inp.threads_measured))
@@ -304,6 +312,8 @@ def step_time(inp: StepInputs) -> StepTime:
         # The same stretch as beside workers: the serial part pays the fair share, parallel ops more.
         compute = _compute_s(inp, stretch)
         load = _loading_s(inp, load_cpu, None) + blocked + inp.load_extra_s * k
+        # The pool idles while the main thread loads: past its spin it sleeps and the first op wakes it.
+        compute += _wake_after(inp, load)
         # The loading ran outside the compute: beside the pool's threads if they spin (a pool that
         # fits the cores), beside the main thread alone if they sleep, and the other processes.
         loading_stretch = stretch_for(inp, pin / max(compute0, 1e-9), compute_share=0.0)
@@ -332,13 +342,20 @@ def step_time(inp: StepInputs) -> StepTime:
         loader_stretch = stretch_for(inp, loader_runnable, compute_share=compute / max(t, 1e-9), step_s=t)
         # A worker gets the same fair share of a core as every other runnable thread.
         producer = (_loading_s(inp, load_cpu, loader_stretch) + blocked) / inp.workers
-        # The trainer receives each batch on its main thread, after the batch is ready.
-        t = max(compute + receive, producer)
-    compute += receive
+        # The trainer receives each batch on its main thread, after the batch is ready; a wait long
+        # enough for the pool to fall asleep adds its wake-up to the compute that follows.
+        wake = _wake_after(inp, producer - compute - receive)
+        t = max(compute + receive + wake, producer)
+    compute += receive + wake
     bound = "compute" if compute >= producer else "input"
     wanted = _threads_wanted(inp) + loader_cores + inp.other_cores
     st = StepTime(t + inp.wait_exposed_s, compute, producer, stretch, wanted, bound, loader_stretch)
     return _device_bound(inp, st)
+
+
+def _wake_after(inp: StepInputs, idle_s: float) -> float:
+    """The pool's wake-up paid after the main thread leaves it idle ``idle_s`` (0 when it stays awake)."""
+    return inp.wake_s if inp.wake_s > 0 and idle_s >= inp.wake_min_wait_s else 0.0
 
 
 def _device_bound(inp: StepInputs, st: StepTime) -> StepTime:

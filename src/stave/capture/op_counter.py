@@ -149,6 +149,22 @@ _AUTOCAST_FP32_PREFIXES = (
 )
 
 
+# A tensor of attention scores is [batch, heads, rows, rows] (or [batch * heads, rows, rows]);
+# below this many rows the square is too small to be attention's cost.
+ATTENTION_MIN_ROWS = 16
+
+
+def _is_attention_shaped(out: Any) -> bool:
+    """Whether an op's first output is a stack of square row-by-row matrices: attention's scores,
+    their mask, softmax and dropout in an attention computed op by op (eager attention, SDPA's math
+    path), and their gradients, the part of attention whose cost grows with the rows squared."""
+    first = next((t for t in tree_leaves(out) if isinstance(t, torch.Tensor)), None)
+    if first is None or first.dim() < 3:
+        return False
+    rows, cols = first.shape[-2], first.shape[-1]
+    return rows == cols and rows >= ATTENTION_MIN_ROWS
+
+
 class OpCounter(TorchDispatchMode):
     """Counts ops and FLOPs, keyed by the phase ``phase_fn()`` reports at each op.
 
@@ -169,6 +185,8 @@ class OpCounter(TorchDispatchMode):
         self.flops: Counter[str] = Counter()
         self.attention_flops: Counter[str] = Counter()
         self.sdpa_kernels: Counter[str] = Counter()
+        # CPU only: nanoseconds per phase in attention's ops (see _is_attention_shaped).
+        self.attention_ns: Counter[str] = Counter()
         # FLOPs per matrix-product shape (batch, m, n, k), all phases together; convolutions as
         # their im2col GEMM here, and apart by their own parameters in ``conv_flops``.
         self.gemm_flops: Counter[tuple[int, int, int, int]] = Counter()
@@ -251,12 +269,19 @@ class OpCounter(TorchDispatchMode):
             if dtype is not None:
                 self.gemm_flops_by_dtype[str(dtype).replace("torch.", "")] += flops
         self._time_op(phase, name, dims is not None, args, kwargs, out, elapsed_ns)
+        attention = False
         if SDPA_MARK in name:
             if not name.endswith("backward"):
                 self.sdpa_kernels[name.lstrip("_")] += 1
             self.attention_flops[phase] += flops
+            attention = True
         elif packet in _BATCHED_MATMUL:
             self.attention_flops[phase] += flops
+            attention = True
+        if attention or _is_attention_shaped(out):
+            first = next((t for t in tree_leaves(out) if isinstance(t, torch.Tensor)), None)
+            if first is not None and first.device.type == "cpu":
+                self.attention_ns[phase] += elapsed_ns
         return out
 
     def _time_op(self, phase: str, name: str, product: bool, args: Any, kwargs: Any, out: Any,

@@ -228,6 +228,7 @@ class DoctorSession:
         self.config.flops_by_phase = dict(counter.flops)
         self.config.flops_per_step = sum(v for k, v in counter.flops.items() if k != "data_wait")
         self.config.attention_flops_by_phase = dict(counter.attention_flops)
+        self.config.attention_op_s_by_phase = {k: v / 1e9 for k, v in counter.attention_ns.items()}
         self.config.sdpa_kernels = dict(counter.sdpa_kernels)
         self.config.gemm_shapes = counter.top_gemms(GEMM_FLOP_SHARE, GEMM_SHAPES_MAX)
         self.config.matmul_shapes = counter.top_gemms(GEMM_FLOP_SHARE, GEMM_SHAPES_MAX, convolutions=False)
@@ -346,9 +347,14 @@ class DoctorSession:
         device = dev.resolve_device(None)
         step_s = step_time_s(s.duration_ns / 1e9 for s in self._record.steps if s.duration_ns > 0)
         budget_s = min(PROBE_BUDGET_MAX_S, max(PROBE_BUDGET_S, PROBE_BUDGET_STEPS * step_s))
+        # The wake probe sleeps as long as the run's typical wait for data (an evaluation's wait is
+        # not the training loop's).
+        waits = sorted(s.data_wait_ns / 1e9 for s in self._record.counted_steps() if s.eval_ns == 0)
+        data_wait_s = waits[len(waits) // 2] if waits else None
         probes = run_probes(threads, device, budget_s=budget_s, gemm_shapes=self.config.gemm_shapes,
                             batch_rows=batch_rows(self.config.batch), matmul_shapes=self.config.matmul_shapes,
-                            conv_shapes=self.config.conv_shapes, gemm_dtype=self.config.gemm_dtype)
+                            conv_shapes=self.config.conv_shapes, gemm_dtype=self.config.gemm_dtype,
+                            data_wait_s=data_wait_s)
         # The optimizer with most parameters: the one whose step the finding would change.
         optimizers = sorted(self.config.optimizers, key=lambda o: -o.params)
         if optimizers:

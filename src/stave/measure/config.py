@@ -143,6 +143,10 @@ class ConfigSnapshot:
     # Attention-shaped FLOPs (SDPA kernels and batched matmuls) by phase on the counted step, and
     # the SDPA kernels the dispatcher chose (name -> calls in forward): which backend ran.
     attention_flops_by_phase: dict[str, int] = field(default_factory=dict)
+    # CPU runs: seconds per phase of the counted step in attention's ops (its kernels and batched
+    # matmuls, and the ops on its square score matrices: mask, softmax, dropout, their gradients).
+    # A CNN's activations on square images are square too: read only where the batch holds tokens.
+    attention_op_s_by_phase: dict[str, float] = field(default_factory=dict)
     sdpa_kernels: dict[str, int] = field(default_factory=dict)
     # Calls of F.scaled_dot_product_attention over the run, and the first call's kernel-deciding
     # inputs (dtype, device, head_dim, attn_mask, is_causal, dropout).

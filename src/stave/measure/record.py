@@ -80,6 +80,9 @@ class ProbeResults:
     # FLOP/s of the step's own matrix products in the dtype they ran in (bf16 under autocast; the
     # fp32 rate for an fp32 step): the arithmetic floor of forward/backward (SMALL_BATCH, MFU).
     matmul_flops_per_s: float | None = None
+    # The intra-op threads the products were timed at for ``matmul_flops_per_s`` (the precision probe
+    # runs at the script's threads; the rate probe at no more than the cores). None: unknown.
+    matmul_rate_threads: int | None = None
     # An unfused optimizer's step time over fused=True's and over foreach=True's (None: not probed,
     # or that implementation is the run's own), measured here on tensors of the run's optimizer's
     # own sizes (monitor/optimizer_probe.py); [tensors, values] of that probe.
@@ -115,6 +118,15 @@ class ProbeResults:
     # than the probe's window (``pool_spin_probe``: [threads, window in ms]), read as the whole wait.
     pool_spin_s: float | None = None
     pool_spin_probe: list[int] = field(default_factory=list)
+    # Seconds the first parallel op after the main thread's wait for data takes beyond the same op
+    # back to back: waking the pool's sleeping threads (on a VM, their idle vCPUs), paid once per
+    # step whose wait outlasts the pool's spin (monitor/probes.py wake probe, CPU runs whose steps
+    # waited). Measured after sleeping the run's median wait; ``pool_wake_min_wait_s``: the shortest
+    # wait of the probe's ladder that already paid half of it (shorter waits leave the pool awake).
+    # ``pool_wake_probe``: [threads, the run's median wait in ms].
+    pool_wake_s: float | None = None
+    pool_wake_min_wait_s: float | None = None
+    pool_wake_probe: list[int] = field(default_factory=list)
     # After a run that loaded in the main process: seconds a batch of the run's shapes takes fetched
     # in the main process, from one loader worker back to back, and in ``next()`` when it was
     # already waiting (the trainer's receive) (monitor/delivery_probe.py).

@@ -68,7 +68,7 @@ MAX_STARTUP_S = 2.0
 # when the pool exceeds the cores, switches thread pools (the first calls after a switch are slow),
 # times each of the step's GEMM shapes and their outputs at two thread counts, and one call of an
 # oversubscribed pool takes several times its normal time: it gets the largest share.
-_SHARES = {"bf16": 0.45, "rate": 0.45, "batch_scale": 0.3, "threads": 1.2, "neighbour": 0.3, "spin": 0.3,
+_SHARES = {"bf16": 0.45, "rate": 0.45, "batch_scale": 0.3, "threads": 1.2, "neighbour": 0.3, "spin": 0.3, "wake": 0.6,
            "overhead": 0.15}
 # The batch-scaling probe times each of the step's GEMM shapes at its batch rows and at this many
 # times them: wide enough apart that the line through the two times separates the per-call cost
@@ -499,7 +499,7 @@ GENERIC_ACTIVATION_ELEMENTS = 128 * 1024
 class ThreadsResult:
     """Times at the script's thread count over at one per core: GEMMs, and elementwise ops."""
 
-    gemm_ratio: float
+    gemm_ratio: float | None
     elementwise_ratio: float | None
     source: str
 
@@ -529,11 +529,12 @@ CONV_SHARE_OF_GEMM_HALF = 2 / 3
 
 def _weighted_ratio(work: list[tuple[float, Callable[[float], Callable[[], object]]]], deadline: float,
                     setup_a: Callable[[], None], setup_b: Callable[[], None],
-                    cuts: tuple[float, ...] = (1.0,)) -> float | None:
+                    cuts: tuple[float, ...] = (1.0,), require_all: bool = False) -> float | None:
     """``sum(count x time at A) / sum(count x time at B)`` over ``(count, make)``, interleaved, each
-    within an equal slice of what is left before ``deadline``; None when none fits. ``make(share)``
-    builds the work; the largest of ``cuts`` whose pairs fit is used, its time counted back by
-    ``1 / share`` (a share of a product's rows takes that share of its time)."""
+    within an equal slice of what is left before ``deadline``; None when none fits (``require_all``:
+    when any does not: the work left out is the slowest at A, so the ratio of the rest is biased
+    low). ``make(share)`` builds the work; the largest of ``cuts`` whose pairs fit is used, its time
+    counted back by ``1 / share`` (a share of a product's rows takes that share of its time)."""
     cpu = torch.device("cpu")
     many = few = 0.0
     for i, (count, make) in enumerate(work):
@@ -548,6 +549,8 @@ def _weighted_ratio(work: list[tuple[float, Callable[[float], Callable[[], objec
         if result is not None:
             many += count / result.size * result.a_s
             few += count / result.size * result.b_s
+        elif require_all:
+            return None
     return many / few if many > 0 and few > 0 else None
 
 
@@ -577,13 +580,16 @@ def _threads_probe(torch_threads: int, cores: int, gen: torch.Generator, deadlin
     own_gemms = bool(usable) and all(2.0 * d[0] * d[1] * d[2] * d[3] <= OWN_SHAPE_MAX_FLOPS for d in usable)
     if convolutions:
         conv_end = time.perf_counter() + max(0.0, half - time.perf_counter()) * CONV_SHARE_OF_GEMM_HALF
+        # Every convolution or none: the one that does not fit is the slowest in the oversized pool.
         gemm_ratio = _weighted_ratio([(w.count, lambda share, w=w: w.make(dtype, share)) for w in convolutions],
-                                     conv_end, setup_a, setup_b, THREADS_PROBE_CUTS)
+                                     conv_end, setup_a, setup_b, THREADS_PROBE_CUTS, require_all=True)
         own_gemms = gemm_ratio is not None
     elif own_gemms:
         gemm_ratio = _weighted_ratio([(c, lambda _share, d=d: _gemm(d, dtype, cpu, gen)) for c, d in zip(counts, usable)],
                                      half, setup_a, setup_b)
-    if gemm_ratio is None:
+    if gemm_ratio is None and not convolutions:
+        # A square GEMM stands in for matrix products; it does not for convolutions (oneDNN's
+        # convolution kernels pay an oversized pool differently): their ratio is then the run's own.
         def make(size: int) -> Pair:
             mm = _matmul(size, dtype, cpu, gen)
             return mm, mm
@@ -591,12 +597,14 @@ def _threads_probe(torch_threads: int, cores: int, gen: torch.Generator, deadlin
         square = _interleaved_ratio(CPU_MATMUL_SIZES, make, cpu, half, setup_a=setup_a, setup_b=setup_b)
         gemm_ratio = square.ratio if square is not None else None
         own_gemms = False
-    if gemm_ratio is None:
-        return None
+    # Without a GEMM ratio (calls too slow in the oversized pool for the slice) the elementwise half
+    # still runs: the step model then prices the products from the run's own timing of them.
     outputs = [(c, _elementwise(d[0] * d[1] * d[2], gen, dtype)) for c, d in zip(counts, usable)] or \
         [(1.0, _elementwise(GENERIC_ACTIVATION_ELEMENTS, gen, dtype))]
     elementwise = _weighted_ratio([(c, lambda _share, fn=fn: fn) for c, fn in outputs], deadline, setup_a, setup_b)
     source = "own_shapes" if own_gemms else ("own_outputs" if usable else "generic")
+    if gemm_ratio is None and elementwise is None:
+        return None
     return ThreadsResult(gemm_ratio, elementwise, source)
 
 
@@ -684,6 +692,85 @@ def _spin_probe(torch_threads: int, gen: torch.Generator, deadline: float) -> fl
     return None if spin >= SPIN_WINDOW_FULL * SPIN_WINDOW_S else spin
 
 
+# The wake probe's op: an activation of GENERIC_ACTIVATION_ELEMENTS, split over the pool like a
+# layer's output; it waits the run's median wait (at most WAKE_MAX_WAIT_S, so the probe stays within
+# its slice), then waits doubling from WAKE_FIRST_WAIT_S, WAKE_REPS times each.
+WAKE_FIRST_WAIT_S = 0.002
+WAKE_MAX_WAIT_S = 0.25
+WAKE_REPS = 3
+WAKE_HISTORY_REPS = 3
+# A ladder wait whose wake cost is at least this share of the run's wait's is the shortest wait that
+# pays it: the cost is a step from an awake pool to sleeping threads on idle cores, not a slope.
+WAKE_PAID_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class WakeResult:
+    """The first parallel op's extra time after a wait as long as the run's, and the shortest wait
+    of the probe's ladder that paid at least half of it."""
+
+    wake_s: float
+    min_wait_s: float
+
+
+def _wake_probe(torch_threads: int, wait_s: float, gen: torch.Generator, deadline: float) -> WakeResult | None:
+    """What the first parallel op after a ``wait_s`` sleep of the main thread costs beyond the same
+    op run back to back (the pool's threads woken from sleep), at ``wait_s`` and at shorter waits.
+
+    A trainer that waits for its data longer than its pool spins finds the pool asleep: libgomp's
+    futex wake is microseconds on an idle bare-metal core, but a VM's idle vCPU is descheduled by the
+    host and one measured 10 ms here (2-core Zen 4) after a 68 ms wait, nothing after 10 ms.
+    ``min_wait_s``: of the waits doubling from :data:`WAKE_FIRST_WAIT_S`, the shortest that paid at
+    least :data:`WAKE_PAID_SHARE` of the run's wait's cost, or the first not timed within the slice
+    (taken to pay); the shorter ones all paid less. ``None`` with one thread.
+    """
+    if torch_threads < 2 or wait_s <= 0:
+        return None
+    torch.set_num_threads(torch_threads)
+    fn = _elementwise(GENERIC_ACTIVATION_ELEMENTS, gen)
+    # The pool as a training step leaves it: GEMMs and elementwise ops have run on its threads.
+    a = torch.randn(SPIN_MATMUL_SIZE, SPIN_MATMUL_SIZE, generator=gen)
+    for _ in range(5):
+        torch.mm(a, a)
+        fn()
+
+    def warm_s() -> float:
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    def cost_after(w: float, reps: int, history: int = 0) -> float:
+        extra = []
+        for rep in range(history + reps):
+            base = warm_s()
+            time.sleep(w)
+            t0 = time.perf_counter()
+            fn()
+            if rep >= history:
+                extra.append(max(0.0, time.perf_counter() - t0 - base))
+        return statistics.median(extra)
+
+    # The run's own wait first: the cost the result must have. It is first repeated unrecorded: the
+    # hypervisor adapts how long an idle vCPU polls before it halts to the recent idle periods (KVM's
+    # halt polling), and the run's many waits had set it (a fresh probe's first long sleeps woke in
+    # 0.3 ms, later ones in 10).
+    top = min(wait_s, WAKE_MAX_WAIT_S)
+    wake = cost_after(top, WAKE_REPS, WAKE_HISTORY_REPS)
+    # Then doubling waits from the shortest, cheapest first, up to the first that pays half of it:
+    # the cost is a step from an awake pool to a sleeping one.
+    w = WAKE_FIRST_WAIT_S
+    while w < top:
+        if time.perf_counter() + WAKE_REPS * (w + 0.005) > deadline:
+            break  # not measured from here up: taken to pay
+        if cost_after(w, WAKE_REPS) >= WAKE_PAID_SHARE * wake:
+            break
+        w *= 2
+    return WakeResult(wake, min(w, top))
+
+
 def _overhead_probe(device: torch.device, deadline: float) -> float | None:
     x = torch.ones(4, device=device)
     y = torch.ones(4, device=device)
@@ -715,7 +802,7 @@ _PROBE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16"
 def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float = 2.0,
                gemm_shapes: list[list[int]] | None = None, batch_rows: set[int] | None = None,
                matmul_shapes: list[list[int]] | None = None, conv_shapes: list[ConvShape] | None = None,
-               gemm_dtype: str | None = None) -> ProbeResults:
+               gemm_dtype: str | None = None, data_wait_s: float | None = None) -> ProbeResults:
     """Run the post-run probes within about ``budget_s`` seconds and return what they measured.
 
     ``torch_threads`` is the thread count the script ran with; ``gemm_shapes`` the step's own
@@ -725,7 +812,9 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
     them, ``gemm_shapes`` stand in); ``gemm_dtype`` the dtype the step's products ran in, which every
     probe of the step's own shapes uses (a step already in bf16 has no bf16 question: its products'
     FLOP rate is measured in bf16). ``batch_rows`` the sizes a dimension has when it is the
-    micro-batch (its samples, its tokens), which the batch-scaling probe grows. Probes that do not
+    micro-batch (its samples, its tokens), which the batch-scaling probe grows. ``data_wait_s``: the
+    run's median wait for data per step, after which the wake probe times the pool's wake-up
+    (CPU runs whose pool fits the cores and whose steps waited). Probes that do not
     apply (bf16 on a CPU without native bf16, threads when the script did not oversubscribe) are
     left ``None``.
     """
@@ -749,6 +838,8 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
         planned.append("neighbour")
         if 1 < torch_threads <= cores:
             planned.append("spin")
+            if data_wait_s is not None and data_wait_s >= WAKE_FIRST_WAIT_S:
+                planned.append("wake")
     total_share = sum(_SHARES[p] for p in planned)
     out = ProbeResults()
     saved_threads = torch.get_num_threads()
@@ -762,7 +853,7 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
     spent_share = 0.0
     try:
         with torch.no_grad():
-            for name in ("bf16", "rate", "batch_scale", "threads", "neighbour", "spin", "overhead"):
+            for name in ("bf16", "rate", "batch_scale", "threads", "neighbour", "spin", "wake", "overhead"):
                 if name not in planned:
                     continue
                 spent_share += _SHARES[name] / total_share
@@ -789,6 +880,7 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                             out.fp32_matmul_flops_per_s = 2 * bf16.size**3 / bf16.a_s
                             out.bf16_probe_disturbed = bf16.spread > PROBE_SPREAD_MAX
                     out.matmul_flops_per_s = out.fp32_matmul_flops_per_s
+                    out.matmul_rate_threads = torch.get_num_threads()
                 elif name == "rate":
                     # At no more threads than cores, as batch_scale: the FLOP rate is the cores'; an
                     # oversized pool's calls are THREAD_OVERSUBSCRIPTION's to price (and would take
@@ -801,6 +893,7 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                         # The step's products did not fit the budget (they are large, so compute-bound
                         # like a square GEMM): the square GEMM's rate stands in.
                         flops_per_s = _square_fp32_rate(device, gen, deadline, job_dtype)
+                    out.matmul_rate_threads = torch.get_num_threads()
                     torch.set_num_threads(saved_threads)
                     out.matmul_flops_per_s = flops_per_s
                     if job_dtype == torch.float32:
@@ -831,6 +924,12 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                 elif name == "spin":
                     out.pool_spin_s = _spin_probe(torch_threads, cpu_gen, deadline)
                     out.pool_spin_probe = [torch_threads, round(SPIN_WINDOW_S * 1e3)]
+                elif name == "wake":
+                    wake = _wake_probe(torch_threads, float(data_wait_s or 0.0), cpu_gen, deadline)
+                    if wake is not None:
+                        out.pool_wake_s = wake.wake_s
+                        out.pool_wake_min_wait_s = wake.min_wait_s
+                    out.pool_wake_probe = [torch_threads, round(float(data_wait_s or 0.0) * 1e3)]
                 else:
                     out.op_overhead_ns = _overhead_probe(device, deadline)
     finally:

@@ -303,3 +303,22 @@ def test_a_measured_spin_bounds_what_a_fitting_pool_takes_outside_the_compute():
     # The pool's share of the loading's torch ops moves onto the workers' one thread each.
     serial = model(workers=0, load_cpu_s=0.054, phases_s=phases, pool_spin_s=0.0075, load_thread_factor=2.0)
     assert estimate(serial, serial.changed(workers=2), measured) < estimate(spin, spin.changed(workers=2), measured)
+
+
+def test_the_pools_wake_up_is_paid_only_after_waits_it_sleeps_through():
+    # io_latency_main's numbers: 68 ms of blocked reads in the main process, a 10.5 ms forward of
+    # which 10 ms is the pool waking (the wake probe: paid from 32 ms of idle, not at 16).
+    phases = {"data_wait": 0.068, "forward": 0.0105, "backward": 0.0004, "optimizer": 0.0003, "other": 0.0003}
+    measured = sum(phases.values())
+    woken = model(workers=0, load_blocked_s=0.068, phases_s=phases, wake_s=0.010, wake_min_wait_s=0.032)
+    plain = model(workers=0, load_blocked_s=0.068, phases_s=phases)
+    # The measured run paid it (68 ms >= 32 ms): the model gives back the measured step.
+    assert step_time(woken).step_s == pytest.approx(step_time(plain).step_s)
+    # Eight workers leave the main thread waiting ~7.4 ms a step: the pool stays awake.
+    fixed = woken.changed(workers=8)
+    assert step_time(fixed).step_s == pytest.approx(0.0085)  # the producer: 68 ms of reads over 8
+    assert step_time(plain.changed(workers=8)).step_s == pytest.approx(0.0115)  # the woken compute
+    assert estimate(woken, fixed, measured) > 1.3 * estimate(plain, plain.changed(workers=8), measured)
+    # Two workers leave it waiting ~33 ms: the wake stays in the step.
+    two = woken.changed(workers=2)
+    assert step_time(two).step_s == pytest.approx(step_time(plain.changed(workers=2)).step_s, rel=1e-6)

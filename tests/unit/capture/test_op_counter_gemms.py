@@ -80,3 +80,25 @@ def test_a_residual_add_of_an_fp32_stream_stays_fp32() -> None:
         _ = x + a               # fp32 + bf16 promotes to fp32
     assert counter.op_s_by_phase()["forward"].get(LOW_PRECISION, 0.0) == low_after_activation
     assert counter._would_be_low(a) and not counter._would_be_low(x)
+
+
+def test_attention_time_counts_its_kernels_and_the_ops_on_its_square_scores() -> None:
+    # Attention computed op by op (eager, or SDPA's math path): the score matmul, the mask, softmax
+    # and the value matmul are attention's; the projections before it are not.
+    q_proj = nn.Linear(64, 64)
+    x = torch.rand(2, 32, 64)
+    mask = torch.zeros(2, 1, 32, 32)
+    phase = ["forward"]
+    with OpCounter(lambda: phase[0]) as counter:
+        q = q_proj(x).view(2, 32, 4, 16).transpose(1, 2)
+        scores = (q @ q.transpose(-1, -2)) / 4.0 + mask
+        out = torch.softmax(scores, dim=-1) @ q
+        out.sum().backward()
+    assert counter.attention_ns["forward"] > 0
+    total = sum(ns for (p, _), ns in counter.op_ns.items() if p == "forward")
+    assert counter.attention_ns["forward"] < total  # the projection is not attention's
+    from stave.capture.op_counter import _is_attention_shaped
+
+    assert _is_attention_shaped(torch.zeros(2, 4, 32, 32))
+    assert not _is_attention_shaped(torch.zeros(2, 32, 64))
+    assert not _is_attention_shaped(torch.zeros(2, 4, 8, 8))  # below ATTENTION_MIN_ROWS

@@ -70,6 +70,32 @@ def test_threads_penalty_weighs_gemms_and_elementwise_ops_by_their_time():
     assert f.evidence["compute_penalty"] == pytest.approx(expected, rel=1e-3) and f.est_speedup > 1.4
 
 
+def test_threads_prices_products_too_slow_to_probe_from_the_runs_own_timing():
+    # 16 threads on 2 cores: the probe's convolution pairs did not fit (no GEMM ratio), its
+    # elementwise half read 1.5x. The FLOP-counting step timed the products at 16 threads: 97 ms of
+    # its 100 ms of op time, for 2e9 FLOPs that the rate probe (at 2 threads) does in 10 ms.
+    from stave.analyze.breakdown import summarize_steps
+    from stave.analyze.step_inputs import counted_products_ratio, oversubscription_penalty
+
+    cfg = healthy_config(torch_threads=16, flops_by_phase={"forward": 7e8, "backward": 1.3e9},
+                         op_s_by_phase={"forward": {"product": 0.030, "autocast_low": 0.002},
+                                        "backward": {"product": 0.067, "autocast_low": 0.001}})
+    rec = healthy_record(config=cfg, probes=probes(threads_speedup=None, threads_elementwise_speedup=1.5,
+                                                   matmul_flops_per_s=2e11, matmul_rate_threads=2))
+    ratio, share = counted_products_ratio(rec)
+    assert ratio == pytest.approx(0.097 / 0.010) and share == pytest.approx(0.97)
+    summary = summarize_steps(rec.steps)
+    parallel = sum(summary.phase_s(p) for p in ("h2d", "forward", "backward", "optimizer", "other")) - 2.25e-3
+    expected = parallel / (parallel * 0.97 / ratio + parallel * 0.03 / 1.5)
+    assert oversubscription_penalty(rec, summary, 2.25e-3) == pytest.approx(expected, rel=1e-3)
+    f = run_rule("THREAD_OVERSUBSCRIPTION", rec)
+    assert f.evidence["products_ratio_from_run"] == pytest.approx(ratio) and f.est_speedup > 3
+    # A rate timed at the script's own threads is no "one thread per core" reference: nothing.
+    rec.probes = probes(threads_speedup=None, matmul_flops_per_s=2e11, matmul_rate_threads=16)
+    assert counted_products_ratio(rec) is None
+    assert run_rule("THREAD_OVERSUBSCRIPTION", rec).est_speedup == 1.0
+
+
 def test_threads_without_probe_is_information_only():
     rec = healthy_record(config=healthy_config(torch_threads=8), probes=probes(threads_speedup=None))
     f = run_rule("THREAD_OVERSUBSCRIPTION", rec)

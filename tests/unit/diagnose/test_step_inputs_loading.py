@@ -34,3 +34,32 @@ def test_an_unknown_spin_leaves_the_loading_as_the_main_thread_measured_it():
     # Without the spin probe all of the pool's CPU in the wait may be spin: nothing is added.
     assert load_thread_factor(_main_process_record(1.8, None), 0.020, 2.0) == 1.0
     assert load_thread_factor(_main_process_record(1.8, 0.005), 0.020, 1.0) == 1.0
+
+
+def _waiting_record(forward_ms: float, wake_s: float | None):
+    steps = make_steps(lambda i: {"data_wait": 68.0, "forward": forward_ms, "backward": 0.4, "optimizer": 0.3},
+                       samples=32)
+    loader = healthy_loader(num_workers=0, persistent_workers=False, prefetch_factor=None, batch_size=32)
+    probes = ProbeResults(op_overhead_ns=3000.0, pool_wake_s=wake_s, pool_wake_min_wait_s=0.032)
+    config = healthy_config(loaders=[loader])
+    config.flops_by_phase = {"forward": 17_000_000, "backward": 17_000_000}
+    return healthy_record(steps=steps, probes=probes, config=config,
+                          workers=[worker(-1, 32 * len(steps), 2125.0, 50.0)])
+
+
+def test_the_wake_credited_is_what_the_probe_and_the_runs_forward_both_show():
+    from stave.analyze.breakdown import summarize_steps
+    from stave.analyze.step_inputs import pool_wake_s
+
+    # A forward of the backward's FLOPs taking 10.5 ms against the backward's 0.4 ms: 10.1 ms beyond
+    # its arithmetic; the probe measured 11 ms: the run's 10.1 ms is credited.
+    rec = _waiting_record(10.5, 0.011)
+    assert pool_wake_s(rec, summarize_steps(rec.counted_steps())) == pytest.approx(0.0101, rel=0.02)
+    # The probe's cost is the ceiling where the forward shows more.
+    rec = _waiting_record(10.5, 0.004)
+    assert pool_wake_s(rec, summarize_steps(rec.counted_steps())) == pytest.approx(0.004)
+    # A forward in line with its FLOPs paid nothing, whatever the probe says; no probe, no credit.
+    rec = _waiting_record(0.4, 0.011)
+    assert pool_wake_s(rec, summarize_steps(rec.counted_steps())) == 0.0
+    rec = _waiting_record(10.5, None)
+    assert pool_wake_s(rec, summarize_steps(rec.counted_steps())) == 0.0

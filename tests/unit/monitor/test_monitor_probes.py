@@ -385,3 +385,62 @@ def test_spin_probe_runs_for_a_pool_that_fits_the_cores() -> None:
     assert result.pool_spin_probe == [2, round(probes.SPIN_WINDOW_S * 1e3)]
     # Whatever this machine's OpenMP does, the spin is inside the window or marked unbounded.
     assert result.pool_spin_s is None or 0.0 <= result.pool_spin_s < probes.SPIN_WINDOW_S
+
+
+def test_wake_probe_finds_the_shortest_wait_that_pays(monkeypatch) -> None:
+    # A machine whose pool sleeps after 20 ms of idle and then takes 10 ms to wake: the first op after
+    # a longer sleep is 10 ms slower than back to back; after a shorter one it is not.
+    slept = [0.0]
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        slept[0] = s
+        now[0] += s
+
+    def perf_counter() -> float:
+        now[0] += 1e-5
+        return now[0]
+
+    real_elementwise = probes._elementwise
+
+    def elementwise(elements, gen, dtype=torch.float32):
+        real_elementwise(16, gen, dtype)
+
+        def op() -> None:
+            if slept[0] >= 0.02:
+                now[0] += 0.010
+            slept[0] = 0.0
+        return op
+
+    monkeypatch.setattr(probes.time, "sleep", sleep)
+    monkeypatch.setattr(probes.time, "perf_counter", perf_counter)
+    monkeypatch.setattr(probes, "_elementwise", elementwise)
+    gen = torch.Generator().manual_seed(0)
+    result = probes._wake_probe(2, 0.068, gen, 100.0)
+    assert result is not None
+    assert result.wake_s == pytest.approx(0.010, abs=1e-4)
+    assert result.min_wait_s == pytest.approx(0.032)  # 2, 4, 8, 16 ms did not pay; 32 ms did
+    # No slice left after the run's own wait: every shorter wait is taken to pay.
+    assert probes._wake_probe(2, 0.068, gen, 0.0).min_wait_s == probes.WAKE_FIRST_WAIT_S
+    assert probes._wake_probe(1, 0.068, gen, 100.0) is None
+
+
+def test_wake_probe_runs_after_a_run_that_waited() -> None:
+    if dev.usable_cores() < 2:
+        pytest.skip("needs 2 usable cores")
+    result = run_probes(2, "cpu", budget_s=1.5, data_wait_s=0.02)
+    assert result.pool_wake_probe == [2, 20]
+    assert result.pool_wake_s is not None and result.pool_wake_s >= 0.0
+    assert probes.WAKE_FIRST_WAIT_S <= result.pool_wake_min_wait_s <= 0.02
+    # No wait measured, no wake probe.
+    assert run_probes(2, "cpu", budget_s=0.5).pool_wake_probe == []
+
+
+def test_weighted_ratio_with_require_all_gives_nothing_when_one_item_does_not_fit() -> None:
+    # The slowest product at the script's threads is the one that does not fit its slice; the ratio of
+    # the others would be biased low, so a ratio of every product or none.
+    fast = (1.0, lambda share: (lambda: None))
+    never = (1.0, lambda share: (lambda: time.sleep(0.2)))
+    noop = lambda: None  # noqa: E731
+    assert probes._weighted_ratio([fast, never], time.perf_counter() + 0.05, noop, noop) is not None
+    assert probes._weighted_ratio([fast, never], time.perf_counter() + 0.05, noop, noop, require_all=True) is None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from stave.analyze.host import summarize_host
 from stave.analyze.pipeline import PipelineSummary, summarize_pipeline
-from stave.analyze.step_inputs import machine_load, step_inputs
+from stave.analyze.step_inputs import counted_products_ratio, machine_load, step_inputs
 from stave.analyze.step_model import StepInputs, estimate, step_time
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
@@ -67,6 +67,7 @@ def thread_oversubscription(inp: DoctorInput) -> Finding | None:
         "torch_threads": threads,
         "cores_usable": cores,
         "threads_probe_speedup": ratio,
+        "products_ratio_from_run": (counted_products_ratio(record) or (None,))[0] if ratio is None else None,
         "threads_probe_elementwise_speedup": record.probes.threads_elementwise_speedup,
         "threads_probe_source": record.probes.threads_probe_source,
         "compute_penalty": model.oversubscription_penalty,
@@ -81,7 +82,7 @@ def thread_oversubscription(inp: DoctorInput) -> Finding | None:
         f"(os.sched_getaffinity(0) has {cores})\n"
         f"# and drop OMP_NUM_THREADS/MKL_NUM_THREADS={threads} from the environment, if set there"
     )
-    if ratio is None:
+    if ratio is None and model.oversubscription_penalty <= 1.0:
         # The setting alone is a fact worth knowing, but without the probe there is no estimate.
         return make_finding(
             "THREAD_OVERSUBSCRIPTION", 1.0,
@@ -95,7 +96,7 @@ def thread_oversubscription(inp: DoctorInput) -> Finding | None:
         return make_finding(
             "THREAD_OVERSUBSCRIPTION", 1.0,
             f"torch uses {threads} threads on {cores} usable cores (no slowdown measured on this run: "
-            f"probe ratio {ratio:.2f})",
+            f"compute {model.oversubscription_penalty:.2f}x slower at {threads})",
             evidence, fix,
             explanation=(
                 "The probe timed the same matmul with both thread counts and found no gain from fewer "
@@ -106,14 +107,16 @@ def thread_oversubscription(inp: DoctorInput) -> Finding | None:
     return make_finding(
         "THREAD_OVERSUBSCRIPTION", est,
         f"torch uses {threads} threads on {cores} usable cores; the step's parallel compute runs "
-        f"{model.oversubscription_penalty:.1f}x faster with {cores} (probe of its own work)",
+        f"{model.oversubscription_penalty:.1f}x faster with {cores} (measured on its own work)",
         evidence, fix,
         explanation=(
             "Threads beyond the cores queue for a core and make every op's barrier wait for the "
             "slowest chunk; memory-bound ops between the GEMMs pay it most. The probe timed the "
             "step's GEMMs and the elementwise ops on their outputs at both thread counts, weighted "
-            "by their share of the compute. Estimate: the step model with compute_threads set to "
-            "the cores and that measured penalty gone."
+            "by their share of the compute (products too slow to time in the oversized pool are "
+            "priced from the run itself: their time in its FLOP-counting step over their FLOPs at "
+            "the rate one thread per core gave). Estimate: the step model with compute_threads set "
+            "to the cores and that measured penalty gone."
         ),
     )
 
