@@ -503,6 +503,25 @@ def test_python_overhead_without_stack_samples_reports_the_time_alone():
     assert run_rule("PYTHON_OVERHEAD", loop_record(with_stacks=False, other_ms=8.0, other_ops=20)) is None
 
 
+def test_python_overhead_without_lines_leaves_out_the_time_inside_torch_ops():
+    # float64_tabular's loop: 45 ms of 'other' a step, of which the FLOP-counting step timed 40 ms
+    # inside 20 ops (the cast of a large float64 batch, touching a worker's shared memory): what is
+    # left for Python is under the bar.
+    rec = loop_record(with_stacks=False, other_ops=20)
+    rec.config.op_s_by_phase = {"other": {"autocast_fp32": 0.040}}
+    assert run_rule("PYTHON_OVERHEAD", rec) is None
+    rec.config.op_s_by_phase = {"other": {"autocast_fp32": 0.005}}
+    f = run_rule("PYTHON_OVERHEAD", rec)
+    work = 0.005 - 20 * 5.0 * rec.probes.op_overhead_ns / 1e9  # beyond 5 dispatches an op
+    assert f is not None and f.evidence["op_work_s_in_other"] == pytest.approx(work)
+    assert f.evidence["other_s"] == pytest.approx(0.045 - work)
+    # A loop of many tiny ops: their time is the loop's cost, not work a rewrite keeps.
+    rec = loop_record(with_stacks=False)
+    base = run_rule("PYTHON_OVERHEAD", rec)
+    rec.config.op_s_by_phase = {"other": {"autocast_fp32": 4000 * 2 * rec.probes.op_overhead_ns / 1e9}}
+    assert run_rule("PYTHON_OVERHEAD", rec).est_speedup == pytest.approx(base.est_speedup)
+
+
 def test_python_overhead_quiet_on_healthy_steps():
     # A little Python issuing a few ops: bookkeeping, not a finding.
     assert run_rule("PYTHON_OVERHEAD", loop_record(other_ms=5.0, other_ops=30)) is None

@@ -112,6 +112,18 @@ def _unattributed(inp: DoctorInput, other: float, samples: int) -> Finding | Non
     share of the step is unaccounted Python, and how to get the lines.
     """
     t = inp.summary.step_time_median_s
+    # Work inside torch ops is not Python: on a CPU the FLOP-counting step timed the ops that ran in
+    # 'other' (a cast of a large batch, its first touch of a worker's shared memory). What each op
+    # costs up to LIBRARY_OP_DISPATCHES bare dispatches stays the loop's: a loop of thousands of tiny
+    # ops is exactly what whole-tensor ops remove.
+    cfg, overhead_ns = inp.record.config, inp.record.probes.op_overhead_ns
+    in_ops = sum(cfg.op_s_by_phase.get("other", {}).values())
+    if in_ops > 0 and overhead_ns:
+        ops = cfg.aten_ops_by_phase.get("other", 0)
+        in_ops = max(0.0, in_ops - ops * LIBRARY_OP_DISPATCHES * overhead_ns / 1e9)
+    else:
+        in_ops = 0.0
+    other = max(0.0, other - in_ops)
     # Without lines, the op counts can still show a loop over the batch's elements; the backward
     # replay of the nodes it recorded is then the loop's too.
     replay = (_backward_replay_s(inp, 1.0) or 0.0) if loop_over_batch(inp) else 0.0
@@ -132,6 +144,7 @@ def _unattributed(inp: DoctorInput, other: float, samples: int) -> Finding | Non
             "stack_samples_in_other": samples,
             "min_stack_samples": MIN_STACK_SAMPLES,
             "aten_ops_in_other": inp.record.config.aten_ops_by_phase.get("other"),
+            "op_work_s_in_other": in_ops,
             "backward_replay_s": replay,
         },
         """# Run longer to see which lines hold the time (the table of hot lines, or the flame graph):
@@ -139,7 +152,7 @@ def _unattributed(inp: DoctorInput, other: float, samples: int) -> Finding | Non
 # then replace per-element Python loops in the step with whole-tensor ops, e.g.
 loss = F.cross_entropy(out, y, reduction="sum")  # not one cross_entropy per sample""",
         explanation=(
-            "Estimate: the median 'other' time removed, plus the backward replay of the nodes a loop "
+            "Estimate: the median 'other' time outside torch ops removed, plus the backward replay of the nodes a loop "
             "over the batch recorded where the op counts show one (at least one op per sample, more "
             "than bookkeeping issues)."
         ),
