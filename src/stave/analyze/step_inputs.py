@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from stave.analyze.breakdown import StepSummary
 from stave.analyze.host import HostSummary, summarize_host
-from stave.analyze.loading import usable_cores
+from stave.analyze.loading import main_loading_kept_share, usable_cores
 from stave.analyze.pipeline import summarize_pipeline
 from stave.analyze.step_model import COMPUTE_PHASES, StepInputs, calibrated, contention_factor
 from stave.measure.config import PRODUCT
@@ -258,10 +258,15 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
     n = summary.samples_per_step
     if pipe is not None:
         workers = 0 if pipe.in_main_process else pipe.loader.num_workers
-        load_cpu = pipe.cpu_s_per_sample * n
+        # A main-process loader's stalled fetches (a garbage collection in one of them) are not what
+        # its loading costs: they come out of its per-sample times and its mean wait alike.
+        kept = main_loading_kept_share(record) if workers == 0 else 1.0
+        if kept < 1.0:
+            phases["data_wait"] *= kept
+        load_cpu = pipe.cpu_s_per_sample * n * kept
         delay = pipe.run_delay_s_per_sample or 0.0
         queue_measured = pipe.run_delay_s_per_sample is not None
-        blocked = max(0.0, pipe.wall_s_per_sample - pipe.cpu_s_per_sample - delay) * n
+        blocked = max(0.0, pipe.wall_s_per_sample - pipe.cpu_s_per_sample - delay) * n * kept
         queue = min(delay, max(0.0, pipe.wall_s_per_sample - pipe.cpu_s_per_sample)) / pipe.cpu_s_per_sample \
             if pipe.cpu_s_per_sample > 0 else 0.0
         if workers == 0:

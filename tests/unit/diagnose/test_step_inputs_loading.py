@@ -63,3 +63,36 @@ def test_the_wake_credited_is_what_the_probe_and_the_runs_forward_both_show():
     assert pool_wake_s(rec, summarize_steps(rec.counted_steps())) == 0.0
     rec = _waiting_record(10.5, None)
     assert pool_wake_s(rec, summarize_steps(rec.counted_steps())) == 0.0
+
+
+def test_a_stalled_fetch_of_a_main_process_loader_is_not_its_loading_cost():
+    from stave.analyze.breakdown import summarize_steps
+    from stave.analyze.loading import main_loading_kept_share, main_process_wait_stalls
+    from stave.analyze.step_inputs import step_inputs
+
+    # oversubscription.py --fixed under the doctor: 0.9 ms fetches, and one of 158 ms (the main
+    # thread busy elsewhere for the whole of it), beside 3.7 ms of compute a step.
+    def record(stall_ms: float):
+        def phases(i: int) -> dict[str, float]:
+            return {"data_wait": stall_ms if i == 12 else 0.9, "forward": 1.2, "backward": 1.8, "optimizer": 0.5}
+
+        steps = make_steps(phases, samples=128)
+        total_us = sum(phases(s.index)["data_wait"] for s in steps) * 1e3
+        loader = healthy_loader(num_workers=0, persistent_workers=False, prefetch_factor=None, batch_size=128)
+        per_sample = total_us / (128 * len(steps))
+        return healthy_record(steps=steps, probes=ProbeResults(op_overhead_ns=900.0),
+                              config=healthy_config(loaders=[loader]),
+                              workers=[worker(-1, 128 * len(steps), per_sample, per_sample)])
+
+    rec = record(158.0)
+    assert 12 in {s.index for s in rec.counted_steps()}
+    assert main_process_wait_stalls(rec) == {12: pytest.approx(0.1571, rel=1e-3)}
+    counted_wait = sum(s.data_wait_ns for s in rec.counted_steps()) / 1e9
+    kept = main_loading_kept_share(rec)
+    assert kept == pytest.approx((counted_wait - 0.1571) / counted_wait, rel=1e-3)
+    model = step_inputs(rec, summarize_steps(rec.counted_steps()))
+    stalled_mean_wait = counted_wait / len(rec.counted_steps())
+    assert model.phases_s["data_wait"] == pytest.approx(stalled_mean_wait * kept, rel=1e-3)
+    # Without the stall the loader keeps every wait and its whole per-sample cost.
+    steady = record(0.9)
+    assert main_process_wait_stalls(steady) == {} and main_loading_kept_share(steady) == 1.0
