@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from stave.analyze.breakdown import StepSummary
 from stave.analyze.host import HostSummary
-from stave.analyze.outliers import MAD_TO_SIGMA, OUTLIER_MAD_K, OUTLIER_MIN_EXCESS_SHARE, find_outliers
-from stave.analyze.stats import mad, median
+from stave.analyze.outliers import find_outliers, stall_limit
+from stave.analyze.stats import median
 from stave.analyze.pipeline import PipelineSummary, summarize_pipeline
 from stave.measure.record import RunRecord
 
@@ -71,16 +71,15 @@ def main_process_wait_stalls(record: RunRecord) -> dict[int, float]:
     if pipe is None or not pipe.in_main_process or len(counted) < 3:
         return {}
     waits = [s.data_wait_ns / 1e9 for s in counted]
-    med = median(waits)
-    step_med = median([s.duration_ns / 1e9 for s in counted])
-    limit = med + max(OUTLIER_MIN_EXCESS_SHARE * step_med, OUTLIER_MAD_K * MAD_TO_SIGMA * mad(waits))
+    med, limit = stall_limit(waits, median([s.duration_ns / 1e9 for s in counted]))
     return {s.index: w - med for s, w in zip(counted, waits) if w > limit}
 
 
-def main_loading_kept_share(record: RunRecord) -> float:
+def main_loading_kept_share(record: RunRecord, stalls: dict[int, float] | None = None) -> float:
     """The share of a main-process loader's measured data wait that is not in stalls (1 without
-    stalls, or with workers): what its per-sample loading times are scaled by."""
-    stalls = main_process_wait_stalls(record)
+    stalls, or with workers): what its per-sample loading times are scaled by. ``stalls``: the
+    record's :func:`main_process_wait_stalls`, where the caller has them."""
+    stalls = main_process_wait_stalls(record) if stalls is None else stalls
     if not stalls:
         return 1.0
     total = sum(s.data_wait_ns for s in record.counted_steps()) / 1e9
@@ -173,7 +172,7 @@ def loading_bound(record: RunRecord, summary: StepSummary, host: HostSummary) ->
     wait = min(steady_wait / len(steady), t)
     samples_per_step = sum(s.samples for s in steady) / len(steady) or float(pipe.loader.batch_size or 1)
     # A main-process loader's stalled fetches are in its per-sample times as in its waits.
-    kept = main_loading_kept_share(record)
+    kept = main_loading_kept_share(record, wait_stalls)
     load_wall = pipe.wall_s_per_sample * samples_per_step * kept
     load_cpu = pipe.cpu_s_per_sample * samples_per_step * kept
     cores = usable_cores(record)

@@ -69,6 +69,13 @@ class OutlierSteps:
         return max(self.excess_by_phase_s, key=lambda p: self.excess_by_phase_s[p])
 
 
+def stall_limit(values: Sequence[float], step_median_s: float) -> tuple[float, float]:
+    """(median, the value above which a phase stalled) of one phase's per-step seconds: half a median
+    step and :data:`OUTLIER_MAD_K` scaled MADs above its median."""
+    p_med = median(values)
+    return p_med, p_med + max(OUTLIER_MIN_EXCESS_SHARE * step_median_s, OUTLIER_MAD_K * MAD_TO_SIGMA * mad(values))
+
+
 def find_outliers(steps: Sequence[StepRecord]) -> OutlierSteps:
     """Find the stalled steps among the counted ``steps``."""
     counted = [s for s in steps if s.counted]
@@ -76,11 +83,7 @@ def find_outliers(steps: Sequence[StepRecord]) -> OutlierSteps:
     out = OutlierSteps(counted=len(counted), median_s=med, excess_by_phase_s={p: 0.0 for p in STALL_PHASES})
     if len(counted) < 3:
         return out
-    limits: dict[str, tuple[float, float]] = {}
-    for p in STALL_PHASES:
-        values = [s.phase_ns(p) / 1e9 for s in counted]
-        p_med = median(values)
-        limits[p] = (p_med, p_med + max(OUTLIER_MIN_EXCESS_SHARE * med, OUTLIER_MAD_K * MAD_TO_SIGMA * mad(values)))
+    limits = {p: stall_limit([s.phase_ns(p) / 1e9 for s in counted], med) for p in STALL_PHASES}
     for s in counted:
         excess = 0.0
         stalled = False

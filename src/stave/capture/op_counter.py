@@ -154,12 +154,11 @@ _AUTOCAST_FP32_PREFIXES = (
 ATTENTION_MIN_ROWS = 16
 
 
-def _is_attention_shaped(out: Any) -> bool:
+def _is_attention_shaped(first: torch.Tensor) -> bool:
     """Whether an op's first output is a stack of square row-by-row matrices: attention's scores,
     their mask, softmax and dropout in an attention computed op by op (eager attention, SDPA's math
     path), and their gradients, the part of attention whose cost grows with the rows squared."""
-    first = next((t for t in tree_leaves(out) if isinstance(t, torch.Tensor)), None)
-    if first is None or first.dim() < 3:
+    if first.dim() < 3:
         return False
     rows, cols = first.shape[-2], first.shape[-1]
     return rows == cols and rows >= ATTENTION_MIN_ROWS
@@ -268,23 +267,17 @@ class OpCounter(TorchDispatchMode):
                 dtype = getattr(args[0], "dtype", None)
             if dtype is not None:
                 self.gemm_flops_by_dtype[str(dtype).replace("torch.", "")] += flops
-        self._time_op(phase, name, dims is not None, args, kwargs, out, elapsed_ns)
-        attention = False
+        attention = SDPA_MARK in name or packet in _BATCHED_MATMUL
+        self._time_op(phase, name, dims is not None, attention, args, kwargs, out, elapsed_ns)
         if SDPA_MARK in name:
             if not name.endswith("backward"):
                 self.sdpa_kernels[name.lstrip("_")] += 1
             self.attention_flops[phase] += flops
-            attention = True
         elif packet in _BATCHED_MATMUL:
             self.attention_flops[phase] += flops
-            attention = True
-        if attention or _is_attention_shaped(out):
-            first = next((t for t in tree_leaves(out) if isinstance(t, torch.Tensor)), None)
-            if first is not None and first.device.type == "cpu":
-                self.attention_ns[phase] += elapsed_ns
         return out
 
-    def _time_op(self, phase: str, name: str, product: bool, args: Any, kwargs: Any, out: Any,
+    def _time_op(self, phase: str, name: str, product: bool, attention: bool, args: Any, kwargs: Any, out: Any,
                  elapsed_ns: int) -> None:
         """Put a CPU op's time in its bucket and mark its outputs when autocast would make them bf16.
         On a GPU the host's time around an op is its launch, not its work: nothing is timed."""
@@ -293,6 +286,8 @@ class OpCounter(TorchDispatchMode):
             return
         bucket = self._bucket(name, product, args, kwargs)
         self.op_ns[(phase, bucket)] += elapsed_ns
+        if attention or _is_attention_shaped(first):
+            self.attention_ns[phase] += elapsed_ns
         if bucket != FULL_PRECISION:
             self._mark_low(out)
 

@@ -4,8 +4,8 @@ Batches of text padded to a fixed length (``padding="max_length"``) or mixing sh
 samples spend forward and backward on positions the attention mask then ignores. The linear
 layers cost per position, attention per pair of positions in a row, so the padding's share of the
 compute is ``(1 - q) x padded/fed tokens + q x padded/fed squared row lengths`` with ``q``
-attention's share of the counted step's op time (CPU), else of its counted FLOPs. The estimate removes that share of the measured forward and
-backward time (per-token cost measured, not assumed).
+attention's share of the counted step's op time (CPU), else of its counted FLOPs. The estimate
+removes that share of the measured forward and backward time (per-token cost measured, not assumed).
 """
 
 from __future__ import annotations
