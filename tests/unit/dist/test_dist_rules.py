@@ -177,6 +177,33 @@ def test_exposed_transfer_is_the_floor_of_the_last_arrivals_wait() -> None:
     assert f.est_speedup == pytest.approx(100 / 70, rel=1e-3)
 
 
+def _bucketed(buckets_per_sync: int, bytes_per_bucket: int, steps: int = 8) -> DistInfo:
+    return DistInfo(comm_hook="allreduce (default)", rounds_by_step=[1] * steps,
+                    comm_buckets=buckets_per_sync * steps, comm_bytes=bytes_per_bucket * buckets_per_sync * steps)
+
+
+def test_one_small_bucket_is_exposed_by_construction_and_only_compression_shortens_it() -> None:
+    # A small model's gradients fit one bucket (under DDP's 1 MiB first bucket): the all-reduce
+    # starts after backward whatever the settings; only halving the payload removes anything.
+    shapes = [StepShape(100, fwd=20, bwd=70, opt=5, comm=30)] * 8
+    f = rules.comm_exposed([record(r, shapes=shapes, dist=_bucketed(1, 500_000)) for r in (0, 1)])
+    assert f is not None and f.evidence["hideable_comm_s_per_step"] == pytest.approx(0.015)
+    assert f.est_speedup == pytest.approx(100 / 85, rel=1e-3)
+    # 12 % of the step in one small bucket: 6 % removable, under the threshold.
+    shapes = [StepShape(100, fwd=20, bwd=70, opt=5, comm=12)] * 8
+    assert rules.comm_exposed([record(r, shapes=shapes, dist=_bucketed(1, 500_000)) for r in (0, 1)]) is None
+
+
+def test_large_or_many_buckets_keep_the_wait_removable() -> None:
+    shapes = [StepShape(100, fwd=20, bwd=70, opt=5, comm=30)] * 8
+    # One 40 MB bucket: too large (a smaller bucket_cap_mb lets backward hide most of it).
+    big = rules.comm_exposed([record(r, shapes=shapes, dist=_bucketed(1, 40 << 20)) for r in (0, 1)])
+    assert big is not None and big.est_speedup == pytest.approx(100 / 70, rel=1e-3)
+    # Four small buckets: the last holds a quarter of the wait, half of which compression removes.
+    four = rules.comm_exposed([record(r, shapes=shapes, dist=_bucketed(4, 500_000)) for r in (0, 1)])
+    assert four is not None and four.evidence["hideable_comm_s_per_step"] == pytest.approx(0.030 - 0.030 / 4 / 2)
+
+
 def test_occasional_descheduling_is_not_exposed_communication() -> None:
     # The last rank usually waits ~0.2 ms; on two steps its peer was descheduled for 30 ms.
     waits = [0.2, 0.2, 30, 0.3, 0.2, 30, 0.2, 0.2]
