@@ -165,15 +165,21 @@ def pool_wake_s(record: RunRecord, summary: StepSummary) -> float:
 def fixed_and_serial_s(record: RunRecord, summary: StepSummary) -> tuple[float, float]:
     """(seconds per step that do not grow with the batch, seconds that run on one thread).
 
-    Serial: each aten op pays a fixed host dispatch cost (the overhead probe) on the main thread.
-    Fixed: that dispatch plus the optimizer update (its size is the model's, not the batch's).
+    Serial: each aten op pays a fixed host dispatch cost (the overhead probe) on the main thread,
+    and some ops' work runs there too whatever the pool (random-number kernels such as dropout's
+    mask, ops under ATen's parallel grain): their time in the counted step beyond that dispatch.
+    Fixed: the dispatch plus the optimizer update (its size is the model's, not the batch's).
     """
     cfg = record.config
-    compute = summary.phase_s("forward") + summary.phase_s("backward")
+    phases = ("forward", "backward")
+    compute = sum(summary.phase_s(p) for p in phases)
     overhead = record.probes.op_overhead_ns
-    ops = cfg.aten_ops_by_phase.get("forward", 0) + cfg.aten_ops_by_phase.get("backward", 0)
+    ops = sum(cfg.aten_ops_by_phase.get(p, 0) for p in phases)
     dispatch = min(compute, ops * overhead / 1e9) if overhead is not None and ops else 0.0
-    return dispatch + summary.phase_s("optimizer"), dispatch
+    serial_ops = sum(cfg.serial_ops_by_phase.get(p, 0) for p in phases)
+    serial_work = max(0.0, sum(cfg.serial_op_s_by_phase.get(p, 0.0) for p in phases)
+                      - serial_ops * (overhead or 0.0) / 1e9)
+    return dispatch + summary.phase_s("optimizer"), min(compute, dispatch + serial_work)
 
 
 def compute_threads(load: MachineLoad) -> float:
@@ -242,6 +248,17 @@ def counted_products_ratio(record: RunRecord) -> tuple[float, float] | None:
     return max(1.0, product_s / (flops / rate)), product_s / op_s
 
 
+def delivery_s_per_step(record: RunRecord, summary: StepSummary) -> float | None:
+    """Seconds per step a loader worker spends on delivering the step's batches beyond fetching and
+    collating them (a fresh shared-memory block, the handle sent): the delivery probe's worker time
+    less its main-process time, per batch of the run's shapes. ``None`` where it was not probed."""
+    probes, batch = record.probes, record.config.batch
+    if probes.delivery_worker_s is None or probes.delivery_main_s is None or not batch or not batch[0].shape:
+        return None
+    batches_per_step = summary.samples_per_step / max(1, batch[0].shape[0])
+    return max(0.0, probes.delivery_worker_s - probes.delivery_main_s) * batches_per_step
+
+
 def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | None = None) -> StepInputs | None:
     """The model's inputs for this run (calibrated to its measured contention); ``None`` without steps."""
     if summary.steps == 0 or summary.step_time_mean_s <= 0:
@@ -284,11 +301,11 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
     stretch_cpu = threads / got if got and threads <= load.cores else None
     transfer = receive = 0.0
     probes = record.probes
-    if workers == 0 and pipe is not None and probes.delivery_worker_s is not None \
-            and probes.delivery_main_s is not None and record.config.batch and record.config.batch[0].shape:
+    delivery = delivery_s_per_step(record, summary)
+    if workers == 0 and pipe is not None and delivery is not None:
         # The delivery probe timed whole batches of the run's shapes (its first dimension's samples).
         batches_per_step = n / max(1, record.config.batch[0].shape[0])
-        transfer = max(0.0, probes.delivery_worker_s - probes.delivery_main_s) * batches_per_step
+        transfer = delivery
         receive = (probes.delivery_receive_s or 0.0) * batches_per_step
     elif workers == 0 and pipe is not None and probes.shm_collate_s_per_byte is not None:
         batch_bytes = sum(t.nbytes for t in record.config.batch)

@@ -9,7 +9,7 @@ and each docs/findings page says which inputs its fix changes.
 The step, per optimizer step (seconds):
 
 * **compute** ``C``: h2d + forward + backward + optimizer + other, the main thread's work. Part of
-  it (``serial_s``: per-op dispatch) runs on one thread whatever the thread count; the rest on
+  it (``serial_s``: per-op dispatch and serial kernels) runs on one thread whatever the thread count; the rest on
   ``compute_threads`` threads. ``fixed_s`` of it does not grow with the batch.
 * **the CPU budget**: runnable threads want cores: the trainer's compute threads, the loader
   workers' CPU (spread over the step), the pin-memory thread, other processes on the machine.
@@ -56,7 +56,8 @@ class StepInputs:
     ``phase_speed``: per-phase speed factor a fix applies (bf16 2x on forward: ``{"forward": 2}``).
     ``compute_threads``: the trainer's intra-op threads that actually run (measured busy, or the
     configured count when the machine was saturated and could not show it).
-    ``serial_s``: compute time on one thread whatever the pool size (per-op dispatch).
+    ``serial_s``: compute time on one thread whatever the pool size (per-op dispatch, and kernels
+    that run serially: random numbers such as dropout's mask, ops under ATen's parallel grain).
     ``fixed_s``: compute time that does not grow with the batch (optimizer, per-op dispatch).
     ``workers``: loader worker processes (0: loading in the main thread).
     ``load_cpu_s`` / ``load_blocked_s``: one step's samples: CPU-seconds, and seconds blocked off
@@ -201,6 +202,15 @@ def stretch_for(inp: StepInputs, loader_cores: float, compute_share: float = 1.0
     return max(1.0, wanted / max(inp.cores, 1e-9))
 
 
+def _serial_stretch(inp: StepInputs, stretch: float, threads: float) -> float:
+    """The stretch the main thread's serial work pays under fair-share ``stretch`` with ``threads``
+    in the pool: a pool larger than the cores sleeps between parallel regions (libgomp's short spin,
+    above), so its other threads want no core then; a pool that fits spins beside it."""
+    if inp.gpu or threads <= inp.cores:
+        return stretch
+    return max(1.0, stretch - (threads - 1.0) / max(inp.cores, 1e-9))
+
+
 def _penalty(inp: StepInputs, threads: float) -> float:
     return max(1.0, inp.oversubscription_penalty) if threads > inp.cores else 1.0
 
@@ -251,7 +261,8 @@ def _compute_s(inp: StepInputs, stretch: float) -> float:
     and thread changes.
 
     The measured compute is taken back to no contention: its serial part (``serial_s``, per-op
-    dispatch on one thread) ran under the measured fair-share stretch, the rest under the parallel
+    dispatch and serial kernels on one thread) ran under the measured fair-share stretch (less the
+    pool's own threads when it is larger than the cores: it sleeps then), the rest under the parallel
     stretch of the measured thread count. That parallel part is CPU work split over the threads,
     so it scales with measured threads / new threads. Threads beyond the cores add no throughput
     (the stretch holds them to a fair share) and pay ``oversubscription_penalty``.
@@ -262,8 +273,9 @@ def _compute_s(inp: StepInputs, stretch: float) -> float:
         wake = min(inp.wake_s, inp.phases_s.get(phase, 0.0)) if phase == "forward" else 0.0
         total += (inp.phases_s.get(phase, 0.0) - wake) / max(inp.phase_speed.get(phase, 1.0), 1e-9)
     fair_m = max(inp.stretch_measured, 1e-9)
-    serial = min(inp.serial_s, total / fair_m)
-    par_m = max(0.0, total - serial * fair_m) / _parallel_stretch(inp, fair_m, max(1.0, inp.threads_measured))
+    serial_m = _serial_stretch(inp, fair_m, max(1.0, inp.threads_measured))
+    serial = min(inp.serial_s, total / serial_m)
+    par_m = max(0.0, total - serial * serial_m) / _parallel_stretch(inp, fair_m, max(1.0, inp.threads_measured))
     base = serial + par_m
     # fixed_s is measured seconds, stretched as the compute was: the same share of the de-stretched base.
     fixed = min(inp.fixed_s * base / total, base) if total > 0 else 0.0
@@ -277,7 +289,8 @@ def _compute_s(inp: StepInputs, stretch: float) -> float:
     # The serial part pays the fair share; the rest (parallel ops, and the optimizer's share of
     # the fixed time) pays the parallel stretch of the threads the fix leaves.
     serial_now = min(serial, per_step)
-    return serial_now * stretch + (per_step - serial_now) * _parallel_stretch(inp, stretch, _threads_wanted(inp))
+    return (serial_now * _serial_stretch(inp, stretch, _threads_wanted(inp))
+            + (per_step - serial_now) * _parallel_stretch(inp, stretch, _threads_wanted(inp)))
 
 
 def _loading_s(inp: StepInputs, load_cpu_s: float, stretch: float | None) -> float:

@@ -41,6 +41,24 @@ _GEMM_OPS = {
 }
 
 
+# Random-number kernels run on one thread on a CPU whatever the intra-op pool (torch keeps the CPU
+# generator's sequence reproducible): dropout's mask is most of a transformer's serial work.
+_SERIAL_RNG = frozenset({"bernoulli", "bernoulli_", "native_dropout", "uniform_", "normal_", "random_",
+                         "exponential_", "geometric_", "cauchy_", "log_normal_", "multinomial", "randperm",
+                         "rand", "randn", "randint", "rand_like", "randn_like", "randint_like"})
+# ATen's parallel grain (at::internal::GRAIN_SIZE): an op over fewer elements, inputs and outputs
+# alike, runs inline on the calling thread.
+PARALLEL_GRAIN_ELEMENTS = 32768
+
+
+def _runs_serially(name: str, args: Any, kwargs: Any, out: Any) -> bool:
+    """Whether a (non-product) CPU op runs on one thread whatever the pool size."""
+    if name in _SERIAL_RNG:
+        return True
+    sizes = [t.numel() for t in tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
+    return bool(sizes) and max(sizes) < PARALLEL_GRAIN_ELEMENTS
+
+
 def _prod(values: Any) -> int:
     out = 1
     for v in values:
@@ -198,6 +216,10 @@ class OpCounter(TorchDispatchMode):
         self.gemm_flops_by_dtype: Counter[str] = Counter()
         # CPU only: nanoseconds inside ops per (phase, bucket) (see the class docstring).
         self.op_ns: Counter[tuple[str, str]] = Counter()
+        # CPU only: nanoseconds and calls per phase of the ops that run on one thread whatever the
+        # pool (random-number kernels, ops under ATen's parallel grain; products excluded).
+        self.serial_ns: Counter[str] = Counter()
+        self.serial_ops: Counter[str] = Counter()
         # Tensors that would be bf16 under autocast (by id, with a weak reference to tell a reused id).
         self._low: dict[int, weakref.ref] = {}
         self.formula_errors = 0
@@ -288,6 +310,9 @@ class OpCounter(TorchDispatchMode):
         self.op_ns[(phase, bucket)] += elapsed_ns
         if attention or _is_attention_shaped(first):
             self.attention_ns[phase] += elapsed_ns
+        if not product and _runs_serially(name, args, kwargs, out):
+            self.serial_ns[phase] += elapsed_ns
+            self.serial_ops[phase] += 1
         if bucket != FULL_PRECISION:
             self._mark_low(out)
 

@@ -235,6 +235,8 @@ class DoctorSession:
         self.config.conv_shapes = counter.top_convs(GEMM_FLOP_SHARE, GEMM_SHAPES_MAX)
         self.config.gemm_dtype = counter.gemm_dtype()
         self.config.op_s_by_phase = counter.op_s_by_phase()
+        self.config.serial_op_s_by_phase = {k: v / 1e9 for k, v in counter.serial_ns.items()}
+        self.config.serial_ops_by_phase = dict(counter.serial_ops)
 
     def _profile_step(self, index: int) -> None:
         n = self.options.profile_steps
@@ -378,10 +380,11 @@ class DoctorSession:
         if loader is None or batch_bytes <= 0:
             return
         if loader.num_workers != 0:
-            # Workers already paid the delivery in the run; what float64 batches cost the trainer
-            # beyond their bytes' worth (BATCH_DTYPE) is the first touch of their pages.
-            if any(t.dtype.removeprefix("torch.") == "float64" for t in self.config.batch):
-                self._probe_delivery(probes, loader)
+            # Workers already paid the delivery in the run. What float64 batches cost the trainer
+            # beyond their bytes' worth (BATCH_DTYPE) is the first touch of their pages; and what
+            # a worker keeps paying once its per-sample fetch goes (DATA_CPU_BOUND's whole-batch
+            # fetch) is the shipping of each batch: both are the delivery probe's.
+            self._probe_delivery(probes, loader)
             return
         probes.shm_collate_s_per_byte = shm_collate_s_per_byte(batch_bytes)
         probes.shm_probe_bytes = batch_bytes

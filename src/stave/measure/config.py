@@ -180,6 +180,10 @@ class ConfigSnapshot:
     # products and convolutions), "autocast_low" (ops whose inputs would all be bf16 under autocast),
     # "autocast_fp32" (the rest); capture/op_counter.py says how an op is put in one.
     op_s_by_phase: dict[str, dict[str, float]] = field(default_factory=dict)
+    # CPU runs: seconds and calls per phase of the counted step's ops that run on one thread whatever
+    # the intra-op pool (random-number kernels such as dropout's mask, ops under ATen's parallel grain).
+    serial_op_s_by_phase: dict[str, float] = field(default_factory=dict)
+    serial_ops_by_phase: dict[str, int] = field(default_factory=dict)
     # torch.compile (only when the script imported dynamo): frames compiled and seconds compiling,
     # in all and during the counted steps (after warm-up), and the first guard-failure reasons.
     compile_frames: int | None = None

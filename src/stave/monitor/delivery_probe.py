@@ -8,7 +8,8 @@ what moving the loading into workers would add. Measured on a 2-core EPYC for a 
 worker with nothing else to do (the worker's side), and 0.8 ms inside ``next()`` for a batch that
 was already waiting (the trainer's side), where the doctor's model had priced none of it.
 
-This probe, run after a main-process-loading run, builds a loader over a dataset of the run's own
+This probe, run after a run's loading (in the main process, or in workers: what a worker keeps
+paying per batch once its per-sample fetch goes), builds a loader over a dataset of the run's own
 sample shapes and dtypes (each sample a copy of one template, so the dataset's own cost is nothing
 next to the delivery) and times, in this order:
 

@@ -102,3 +102,22 @@ def test_attention_time_counts_its_kernels_and_the_ops_on_its_square_scores() ->
     assert _is_attention_shaped(torch.zeros(2, 4, 32, 32))
     assert not _is_attention_shaped(torch.zeros(2, 32, 64))
     assert not _is_attention_shaped(torch.zeros(2, 4, 8, 8))  # below ATTENTION_MIN_ROWS
+
+
+def test_ops_that_run_on_one_thread_are_timed_apart() -> None:
+    # Dropout's mask (a random-number kernel) and ops under ATen's parallel grain run on the calling
+    # thread whatever the pool; a large elementwise op and the matrix product do not.
+    big = torch.rand(512, 1024)
+    small = torch.rand(64, 64)
+    w = torch.rand(1024, 1024)
+    phase = ["forward"]
+    with OpCounter(lambda: phase[0]) as counter:
+        torch.nn.functional.dropout(big, 0.1, training=True)
+        phase[0] = "backward"
+        small.mul(2.0)
+        big.mul(2.0)
+        big @ w
+    assert counter.serial_ops["forward"] >= 1 and counter.serial_ns["forward"] > 0
+    # In backward only the small multiply is serial: the large one and the product are not.
+    assert counter.serial_ops["backward"] == 1
+    assert counter.serial_ns["backward"] < sum(ns for (p, _), ns in counter.op_ns.items() if p == "backward")

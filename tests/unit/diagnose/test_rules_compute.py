@@ -96,6 +96,28 @@ def test_threads_prices_products_too_slow_to_probe_from_the_runs_own_timing():
     assert run_rule("THREAD_OVERSUBSCRIPTION", rec).est_speedup == 1.0
 
 
+def test_serial_ops_keep_their_time_when_the_pool_shrinks():
+    # Dropout's mask and small ops run on one thread whatever the pool: their counted time beyond
+    # dispatch is serial, which neither the oversized pool slowed nor a smaller pool speeds up.
+    from stave.analyze.breakdown import summarize_steps
+    from stave.analyze.step_inputs import fixed_and_serial_s
+
+    kw = dict(torch_threads=8, flops_by_phase={"forward": 1.6e9, "backward": 3.2e9})
+    pr = probes(threads_speedup=1.2, threads_elementwise_speedup=4.0, fp32_matmul_flops_per_s=1e11)
+    plain = healthy_record(config=healthy_config(**kw), probes=pr)
+    summary = summarize_steps(plain.steps)
+    _, serial_plain = fixed_and_serial_s(plain, summary)
+    rng = healthy_record(config=healthy_config(**kw, serial_op_s_by_phase={"forward": 0.020, "backward": 0.001},
+                                               serial_ops_by_phase={"forward": 100, "backward": 100}), probes=pr)
+    _, serial_rng = fixed_and_serial_s(rng, summary)
+    # 21 ms in 200 serial ops, less their dispatch (200 x 3 us) already counted.
+    assert serial_rng - serial_plain == pytest.approx(0.021 - 200 * 3e-6)
+    before = run_rule("THREAD_OVERSUBSCRIPTION", plain)
+    after = run_rule("THREAD_OVERSUBSCRIPTION", rng)
+    assert after.evidence["compute_penalty"] < before.evidence["compute_penalty"]
+    assert 1.0 < after.est_speedup < before.est_speedup
+
+
 def test_threads_without_probe_is_information_only():
     rec = healthy_record(config=healthy_config(torch_threads=8), probes=probes(threads_speedup=None))
     f = run_rule("THREAD_OVERSUBSCRIPTION", rec)

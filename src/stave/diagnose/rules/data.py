@@ -15,7 +15,7 @@ import math
 from stave.analyze.host import HostSummary, summarize_host
 from stave.analyze.loading import LoadingBound, loading_bound
 from stave.analyze.pipeline import StageCost
-from stave.analyze.step_inputs import step_inputs
+from stave.analyze.step_inputs import delivery_s_per_step, step_inputs
 from stave.analyze.step_model import estimate
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
@@ -240,12 +240,18 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
     if model is None:
         return None
     if _per_item_bound(lb):
-        # Whole batches by one index: the per-item overhead goes; the estimate takes all of the
-        # loading away (an upper bound: the gather of a batch of rows is left).
-        after = model.changed(load_cpu_s=0.0, load_blocked_s=0.0, load_extra_s=0.0)
+        # Whole batches by one index: the per-item fetch and collate go. A worker still ships each
+        # batch through a fresh shared-memory block (the delivery probe's worker time beyond the
+        # main process's), so that stays; the gather of a batch of rows is left out (an upper bound).
+        delivery = delivery_s_per_step(inp.record, inp.summary) if model.workers > 0 else None
+        left = min(model.load_cpu_s, delivery) if delivery is not None else 0.0
+        after = model.changed(load_cpu_s=left, load_blocked_s=0.0, load_extra_s=0.0)
         evidence["per_item_max_s"] = PER_ITEM_MAX_S
+        if delivery is not None:
+            evidence["worker_delivery_s_per_step"] = delivery
         fix = _batched_fetch_fix(pipe.loader)
-        how = "with whole-batch indexing, if the loading then cost nothing (an upper bound)"
+        how = ("with whole-batch indexing, the workers left with shipping each batch (an upper bound)"
+               if delivery is not None else "with whole-batch indexing, if the loading then cost nothing (an upper bound)")
     elif workers > lb.workers:
         # Workers run alongside the compute threads: the model prices the cores they then share
         # (no gain where the compute already keeps every core busy).
