@@ -9,8 +9,8 @@ and each docs/findings page says which inputs its fix changes.
 The step, per optimizer step (seconds):
 
 * **compute** ``C``: h2d + forward + backward + optimizer + other, the main thread's work. Part of
-  it (``serial_s``: per-op dispatch and serial kernels) runs on one thread whatever the thread count; the rest on
-  ``compute_threads`` threads. ``fixed_s`` of it does not grow with the batch.
+  it (``serial_s``: per-op dispatch and serial kernels) runs on one thread whatever the thread
+  count; the rest on ``compute_threads`` threads. ``fixed_s`` of it does not grow with the batch.
 * **the CPU budget**: runnable threads want cores: the trainer's compute threads, the loader
   workers' CPU (spread over the step), the pin-memory thread, other processes on the machine.
   With ``R`` wanting ``c`` usable cores a fair scheduler gives each ``c / R`` of a core: the
@@ -507,7 +507,10 @@ def without_phase_time(inp: StepInputs, saved_s: dict[str, float]) -> StepInputs
 
     The data wait is not an input but what the loader leaves: time saved there comes off the
     loading (the main thread's extra, then blocked, then CPU time; with workers, the exposed wait,
-    then the blocked time of each batch, which the workers share).
+    then the blocked time of each batch, which the workers share). Time saved in forward and
+    backward takes its share of ``serial_s`` with it (serial_s is counted on those two phases): a
+    loop's autograd nodes that backward replays one tiny op at a time are serial work, and the
+    fix that removes them removes that serial time.
     """
     phases = dict(inp.phases_s)
     out = inp
@@ -526,6 +529,11 @@ def without_phase_time(inp: StepInputs, saved_s: dict[str, float]) -> StepInputs
         cpu = min(out.load_cpu_s, saved - extra - blocked)
         out = out.changed(load_extra_s=out.load_extra_s - extra, load_blocked_s=out.load_blocked_s - blocked,
                           load_cpu_s=out.load_cpu_s - cpu)
+    counted = ("forward", "backward")
+    before = sum(inp.phases_s.get(p, 0.0) for p in counted)
+    after = sum(phases.get(p, 0.0) for p in counted)
+    if before > 0 and after < before:
+        out = out.changed(serial_s=out.serial_s * after / before)
     return out.changed(phases_s=phases)
 
 

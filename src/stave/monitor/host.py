@@ -169,20 +169,37 @@ class HostCollector:
         return 100.0 * sum(known) / dt_s
 
     def _exited_cpu_s(self, procs: dict[int, ProcCounters]) -> tuple[float, bool]:
-        """CPU seconds of the main process's children that exited in the interval, not yet counted.
+        """CPU seconds of the tree's processes that exited in the interval, not yet counted.
 
-        The kernel adds a waited-for child's whole CPU time to its parent's ``reaped_cpu_s``; what
-        the previous tick already read of the children that disappeared was counted then, so only
-        the rest is new (all of it for a child born and gone between two ticks). Also whether the
-        exited ones were loader workers (or the worker set changed, a worker that was never read).
+        The kernel adds a waited-for child's whole CPU time (its own reaped children's included) to
+        its parent's ``reaped_cpu_s``. That holds for the main process's children (a non-persistent
+        loader worker) and for their children in turn: torch.compile's compile workers run a C++
+        compiler per kernel, seconds of CPU in processes that live between two ticks, and left out
+        that CPU reads as another process's (a false MACHINE_BUSY). So the reaped CPU of every process
+        of this rank's tree counts; what the previous tick already read of the processes that
+        disappeared was counted then, so only the rest is new (all of it for a process born and gone
+        between two ticks). Also whether the exited ones were loader workers (or the worker set
+        changed, a worker that was never read).
         """
-        before, now = self._prev_procs.get(self._main_pid), procs.get(self._main_pid)
-        if before is None or now is None or before.reaped_cpu_s is None or now.reaped_cpu_s is None:
-            return 0.0, False
         ranks = self._job_ranks_seen
+        reaped = 0.0
+        known = False
+        for pid, now in procs.items():
+            if pid in ranks or now.reaped_cpu_s is None:
+                continue
+            before = self._prev_procs.get(pid)
+            if before is not None:
+                if before.reaped_cpu_s is not None and now.reaped_cpu_s >= before.reaped_cpu_s:
+                    reaped += now.reaped_cpu_s - before.reaped_cpu_s
+                    known = True
+            elif now.started_s >= self._prev_src_s - START_TIME_SLACK_S:
+                reaped += now.reaped_cpu_s  # born during the interval: all of it is new
+                known = True
+        if not known:
+            return 0.0, False
         gone = [p for p in self._prev_procs if p not in procs and p != self._main_pid and p not in ranks]
-        counted_s = sum(self._prev_procs[p].cpu_s for p in gone)
-        exited_s = max(0.0, now.reaped_cpu_s - before.reaped_cpu_s - counted_s)
+        counted_s = sum(self._prev_procs[p].cpu_s + (self._prev_procs[p].reaped_cpu_s or 0.0) for p in gone)
+        exited_s = max(0.0, reaped - counted_s)
         were_workers = any(p in self._prev_workers for p in gone) or set(self._workers) != self._prev_workers
         return exited_s, were_workers
 

@@ -96,6 +96,19 @@ def test_a_wait_the_workers_output_does_not_explain_is_exposed_and_removable():
     assert estimate(inp, inp.changed(workers=4), 0.13) == pytest.approx(1.0)
 
 
+def test_time_removed_from_forward_and_backward_takes_its_share_of_the_serial_part():
+    # A per-sample loss loop: backward is mostly its nodes' replay, tiny ops on one thread. Removing
+    # that replay removes serial time; the serial part left is its share of what remains.
+    from stave.analyze.step_model import without_phase_time
+
+    phases = {"forward": 0.0002, "backward": 0.002, "other": 0.0011}
+    inp = model(phases_s=phases, serial_s=0.0022, stretch_measured=1.0)
+    after = without_phase_time(inp, {"backward": 0.0013, "other": 0.0011})
+    assert after.serial_s == pytest.approx(0.0022 * 0.0009 / 0.0022)
+    # A saving outside forward and backward leaves it alone.
+    assert without_phase_time(inp, {"other": 0.001}).serial_s == inp.serial_s
+
+
 # --- several fixes at once: compose ------------------------------------------------------------------
 
 

@@ -331,6 +331,31 @@ def test_a_child_born_and_reaped_between_ticks_counts_whole() -> None:
     assert s.cpu_children_pct == pytest.approx(50.0) and s.cpu_workers_pct is None
 
 
+def test_a_grandchild_reaped_by_a_child_counts_as_the_jobs() -> None:
+    # torch.compile's compile worker (a child of the trainer) runs a C++ compiler per kernel: 0.4 s
+    # of CPU in a process born and reaped between two ticks, added to the worker's reaped CPU.
+    compile_worker = 300
+    src, clock = TreeSource({MAIN: [compile_worker]}), Clock()
+    src.procs = {MAIN: ProcCounters(1.0, 1000, 3, 0.0, reaped_cpu_s=0.0),
+                 compile_worker: ProcCounters(0.5, 1000, 1, 0.0, reaped_cpu_s=2.0)}
+    c = _collector(src, clock, [])
+    c.baseline()
+    clock.t += 0.5
+    src.now += 0.5
+    src.procs = {MAIN: ProcCounters(1.1, 1000, 3, 0.0, reaped_cpu_s=0.0),
+                 compile_worker: ProcCounters(0.55, 1000, 1, 0.0, reaped_cpu_s=2.4)}
+    s = c.sample(0, 0)
+    # The worker's own 0.05 s and its compiler's 0.4 s, over 0.5 s: the job's, not another process's.
+    assert s.cpu_children_pct == pytest.approx(90.0) and s.cpu_main_pct == pytest.approx(20.0)
+    # The worker itself exits and is reaped by the trainer with its whole history (0.6 + 2.4 s),
+    # all of which but its last 0.05 s was counted while it lived.
+    clock.t += 0.5
+    src.now += 0.5
+    src.procs = {MAIN: ProcCounters(1.2, 1000, 3, 0.0, reaped_cpu_s=3.0)}
+    s = c.sample(0, 1)
+    assert s.cpu_children_pct == pytest.approx(10.0)
+
+
 class TreeSource(ScriptedSource):
     """Descendants per pid: this rank's own children, and its launcher's children (the other ranks)."""
 

@@ -251,7 +251,8 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
             evidence["worker_delivery_s_per_step"] = delivery
         fix = _batched_fetch_fix(pipe.loader)
         how = ("with whole-batch indexing, the workers left with shipping each batch (an upper bound)"
-               if delivery is not None else "with whole-batch indexing, if the loading then cost nothing (an upper bound)")
+               if delivery is not None
+               else "with whole-batch indexing, if the loading then cost nothing (an upper bound)")
     elif workers > lb.workers:
         # Workers run alongside the compute threads: the model prices the cores they then share
         # (no gain where the compute already keeps every core busy).
