@@ -854,6 +854,14 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console(stderr=True)
     interrupted = False
+
+    def _terminated(signum: int, _frame: object) -> None:
+        # SIGTERM (a job scheduler, `kill`) ends the run as Ctrl-C does: the rows so far are saved and
+        # a row's hog is stopped. Without this the default action skipped both, and a hog left behind
+        # made every later run on the machine read MACHINE_BUSY.
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminated)
     with tempfile.TemporaryDirectory(prefix="stave-scenarios-") as tmp, Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
     ) as progress:
