@@ -372,26 +372,25 @@ class DoctorSession:
         return probes
 
     def _probe_shared_memory(self, probes: Any) -> None:
-        """After main-process loading: what moving its batches through workers' shared memory would cost."""
+        """What a batch costs to come through a worker's shared memory: after main-process loading,
+        what moving the loading into workers would add; after a worker run, what its float64
+        batches cost the trainer (the first touch of their pages, BATCH_DTYPE) and what a worker
+        keeps paying once its per-sample fetch goes (the shipping of each batch, DATA_CPU_BOUND's
+        whole-batch fetch). Workers already paid the delivery in the run, so only the delivery
+        probe runs after one."""
         from stave.monitor.shm_probe import shm_collate_s_per_byte
 
         loader = training_loader(self.config.loaders)
         batch_bytes = sum(t.nbytes for t in self.config.batch)
         if loader is None or batch_bytes <= 0:
             return
-        if loader.num_workers != 0:
-            # Workers already paid the delivery in the run. What float64 batches cost the trainer
-            # beyond their bytes' worth (BATCH_DTYPE) is the first touch of their pages; and what
-            # a worker keeps paying once its per-sample fetch goes (DATA_CPU_BOUND's whole-batch
-            # fetch) is the shipping of each batch: both are the delivery probe's.
-            self._probe_delivery(probes, loader)
-            return
-        probes.shm_collate_s_per_byte = shm_collate_s_per_byte(batch_bytes)
-        probes.shm_probe_bytes = batch_bytes
+        if loader.num_workers == 0:
+            probes.shm_collate_s_per_byte = shm_collate_s_per_byte(batch_bytes)
+            probes.shm_probe_bytes = batch_bytes
         self._probe_delivery(probes, loader)
 
     def _probe_delivery(self, probes: Any, loader: Any) -> None:
-        """After main-process loading: a batch of the run's shapes from a worker, both sides."""
+        """A batch of the run's shapes from a worker, both sides (monitor/delivery_probe.py)."""
         from stave.monitor.delivery_probe import probe_delivery
 
         # The batch as it was delivered: its first dimension is the samples (also for a dataset

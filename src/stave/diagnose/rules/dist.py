@@ -47,8 +47,8 @@ LAST_BUCKET_COMPRESSION = 0.5
 SMALL_BUCKET_BYTES = 1 << 20
 
 
-def buckets_per_sync(records: Sequence[RunRecord]) -> tuple[float, float] | None:
-    """Median over ranks of (buckets, bytes per bucket) per gradient sync; ``None`` when not counted."""
+def sync_buckets(records: Sequence[RunRecord]) -> tuple[float, float] | None:
+    """Median over ranks of (buckets per gradient sync, bytes per bucket); ``None`` when not counted."""
     per_rank = [(r.dist.comm_buckets / sum(r.dist.rounds_by_step), r.dist.comm_bytes / r.dist.comm_buckets)
                 for r in records if r.dist.comm_buckets > 0 and sum(r.dist.rounds_by_step) > 0]
     if not per_rank:
@@ -379,7 +379,7 @@ def comm_exposed(records: list[RunRecord]) -> Finding | None:
     share = floor_s / T if T > 0 else 0.0
     # The threshold is about the wait a fix can remove: a model whose gradients fit one bucket
     # all-reduces after backward by construction, and that is not overlap failing.
-    buckets = buckets_per_sync(ok)
+    buckets = sync_buckets(ok)
     hideable_s = hideable_comm_s(floor_s, buckets)
     if T <= 0 or hideable_s / T < COMM_MIN_SHARE:
         return None
