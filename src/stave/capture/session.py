@@ -33,6 +33,7 @@ from stave.capture.hooks_loader import LoaderHooks
 from stave.capture.hooks_loop import LoopHooks
 from stave.capture.loader_stats import read_worker_files
 from stave.capture.compile_stats import CompileStats, read_compile_stats
+from stave.monitor.page_faults import minor_faults
 from stave.capture.op_counter import OpCounter
 from stave.capture.steps import StepTracker
 from stave.files import atomic_write_json
@@ -200,6 +201,7 @@ class DoctorSession:
         if index == self.warmup - 1 or (self.warmup == 0 and index == 0):
             config_probe.global_settings(self.config)
             self._compile_at_warmup = read_compile_stats()
+            self._faults_at_warmup = (minor_faults(), index + 1)
         self._profile_step(index)
         if self.on_step is not None:
             self.on_step(index, self)
@@ -216,6 +218,14 @@ class DoctorSession:
         self.config.compile_frames_counted = end.frames - (start.frames if start else 0)
         self.config.compile_s_counted = max(0.0, end.compile_s - (start.compile_s if start else 0.0))
         self.config.recompile_reasons = end.reasons
+
+    def _note_faults(self) -> None:
+        """Minor page faults per step after warm-up: whether the steps touch fresh pages each time."""
+        start, first = getattr(self, "_faults_at_warmup", (None, 0))
+        end = minor_faults()
+        steps = self.tracker.step_index - first
+        if start is not None and end is not None and steps > 0:
+            self.config.minor_faults_per_step = (end - start) / steps
 
     def _finish_counter(self) -> None:
         counter, self._counter = self._counter, None
@@ -329,6 +339,7 @@ class DoctorSession:
         dev.synchronize()
         self.tracker.finish()
         self._note_compiles()
+        self._note_faults()
         if self.config.torch_threads is None:
             config_probe.global_settings(self.config)
         self._record = self._build_record(main_stats)
@@ -413,7 +424,7 @@ class DoctorSession:
 
     def _probe_attention(self, probes: Any, device: Any) -> None:
         """Eager against SDPA attention at the run's shape, when its HF model ran eager attention."""
-        from stave.monitor.attention_probe import probe_attention
+        from stave.monitor.attention_probe import blended, fresh_share, probe_attention
 
         cfg = self.config
         counted = self._record.counted_steps()
@@ -432,6 +443,16 @@ class DoctorSession:
         # under autocast (a model cast to bf16 has bf16 parameters and a bf16 mask).
         mask_dtype = torch.float32 if cfg.autocast_dtype else dtype
         times = probe_attention(batch, heads, seq, head_dim, bool(causal), dtype, device, mask_dtype=mask_dtype)
+        if times is not None and cfg.minor_faults_per_step and not dev.is_cuda(dev.resolve_device(device)):
+            # The run's steps faulted pages in: time each call on fresh pages too, and take the share
+            # of that cost the run's own fault count allows (monitor/page_faults.py).
+            fresh = probe_attention(batch, heads, seq, head_dim, bool(causal), dtype, device, mask_dtype=mask_dtype,
+                                    fresh_pages=True)
+            if fresh is not None:
+                calls = _layers * forwards / len(counted)
+                share = fresh_share(times, fresh, cfg.minor_faults_per_step, calls)
+                probes.attention_fresh_share = share
+                times = blended(times, fresh, share)
         if times is not None:
             probes.attention_eager_s = times.eager_s * times.batch_scale
             probes.attention_sdpa_s = times.sdpa_s * times.batch_scale

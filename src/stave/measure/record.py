@@ -95,6 +95,9 @@ class ProbeResults:
     attention_eager_s: float | None = None
     attention_sdpa_s: float | None = None
     attention_probe: list[int] = field(default_factory=list)
+    # The share of eager attention's temporaries the run faulted in afresh each step, which the
+    # times above include (0: warm heap; None: not measured; monitor/attention_probe.fresh_share).
+    attention_fresh_share: float | None = None
     # "own_shapes": the bf16 ratio and fp32 rate come from the step's own GEMM shapes, weighted by
     # their count per step; "generic": one square GEMM (a compiled model's shapes are not counted).
     bf16_probe_source: str = "generic"

@@ -120,3 +120,48 @@ def test_whole_batch_indexing_counts_the_batch_samples(instrumented: LoaderStats
     assert single == list(range(10)) and instrumented.samples == 20 and instrumented.batches == 13
     assert loader_stats._index_samples((3, 224)) == 1  # a composite key for one sample
     assert loader_stats._index_samples(torch.arange(5)) == 5 and loader_stats._index_samples(7) == 1
+
+
+class InMemory(Dataset):
+    """Tensors already in memory: fetching them reads no file."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int):
+        return torch.full((4,), float(i))
+
+
+def test_reading_the_counters_is_not_the_datasets_reads(instrumented: LoaderStats) -> None:
+    # The doctor's own reads of /proc (the I/O and scheduler counters around each fetch) stay out
+    # of the dataset's: an in-memory dataset reads nothing.
+    assert len(list(DataLoader(InMemory(), batch_size=8))) == 8
+    if instrumented.read_calls is not None:
+        assert instrumented.read_calls == 0 and instrumented.read_chars == 0
+
+
+def test_a_forked_child_reads_its_own_counters() -> None:
+    # The counters' descriptors are kept per thread; a forked worker must open its own, not read
+    # the parent thread's through the inherited descriptor.
+    if loader_stats._io_counters() is None:
+        pytest.skip("/proc/thread-self/io is hidden here")
+    parent_before = loader_stats._io_counters()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: read a little, then report its own read count
+        os.close(r)
+        with open(os.devnull, "rb") as fh:
+            for _ in range(50):
+                fh.read(1)
+        counters = loader_stats._io_counters()
+        os.write(w, str(counters["syscr"] if counters else -1).encode())
+        os._exit(0)
+    os.close(w)
+    child_reads = int(os.read(r, 64) or b"-1")
+    os.close(r)
+    os.waitpid(pid, 0)
+    parent_after = loader_stats._io_counters()
+    # A new process's thread starts its counters at zero: the child sees its own 50 reads (and the
+    # counter read itself), not the parent thread's hundreds of import reads.
+    assert 50 <= child_reads < 60 < parent_before["syscr"]
+    assert parent_after["syscr"] - parent_before["syscr"] < 50

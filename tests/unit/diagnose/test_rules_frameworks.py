@@ -403,3 +403,45 @@ def test_a_whole_tensor_line_is_not_python_in_the_loop():
     assert not python_loop.is_whole_tensor_line("total += loss.item()", False)
     assert not python_loop.is_whole_tensor_line('print(f"{loss}")', False)
     assert not python_loop.is_whole_tensor_line("", False)
+
+
+def per_sample_loop_record(tmp_path, loop_share: float, outlier_every: int = 0):
+    """'other' is 45 ms a step (135 ms every ``outlier_every``-th step), ``loop_share`` of its
+    samples on a line inside a per-sample loop, the rest on one line outside it; 4000 ops there."""
+    script = tmp_path / "train.py"
+    script.write_text("for batch in loader:\n    out = model(batch)\n    for i in range(len(y)):\n"
+                      "        loss = loss + f(out[i:i + 1], y[i:i + 1])\n    log(step)\n")
+
+    def phases(i: int) -> dict[str, float]:
+        other = 135.0 if outlier_every and i % outlier_every == outlier_every - 1 else 45.0
+        return {"data_wait": 2.0, "forward": 20.0, "backward": 30.0, "optimizer": 3.0, "other": other}
+
+    steps = make_steps(phases)
+    rec = healthy_record(steps=steps)
+    rec.probes.fp32_matmul_flops_per_s = 1e12
+    rec.config = healthy_config(aten_ops_by_phase={"forward": 100, "backward": 4150, "other": 4000})
+    prof = stack_profile(steps, {"other": [(4, loop_share), (5, 1.0 - loop_share)]}, interval_ms=1.0)
+    prof.frames = [FrameKey(str(script), 4 if f.line == 4 else 5, "<module>", True) for f in prof.frames]
+    rec.stacks = prof
+    return rec
+
+
+def test_a_per_sample_loop_is_priced_by_its_op_counts_not_its_sample_share(tmp_path):
+    # The loop's line holds 60% of the few stack samples; the op counts (4000 ops, backward replaying
+    # 3850 nodes beyond the model's) show a loop over the batch: the rewrite removes all of it.
+    few = run_rule("PYTHON_OVERHEAD", per_sample_loop_record(tmp_path, 0.6))
+    whole = run_rule("PYTHON_OVERHEAD", per_sample_loop_record(tmp_path, 1.0))
+    assert few is not None and whole is not None
+    assert few.evidence["hot_line_in_inner_loop"] is True
+    assert few.evidence["python_s_removed"] == pytest.approx(0.045, rel=0.01)
+    assert few.est_speedup == pytest.approx(whole.est_speedup, rel=0.01)
+
+
+def test_a_loops_saving_is_its_share_of_the_models_mean_phase(tmp_path):
+    # Every 10th step's 'other' is three times longer (the loop's garbage collections): the median
+    # 'other' is 45 ms, the mean 54 ms. The loop removed is all of 'other' in the model either way,
+    # so the estimate over the median step is the same share of it as without the long steps.
+    steady = run_rule("PYTHON_OVERHEAD", per_sample_loop_record(tmp_path, 1.0))
+    bursty = run_rule("PYTHON_OVERHEAD", per_sample_loop_record(tmp_path, 1.0, outlier_every=10))
+    assert steady is not None and bursty is not None
+    assert bursty.est_speedup == pytest.approx(steady.est_speedup, rel=0.05)

@@ -6,7 +6,7 @@ from typing import Any, Iterable
 
 from stave.analyze.hotlines import hot_lines, loop_holds_phase
 from stave.analyze.step_inputs import step_inputs
-from stave.analyze.step_model import ModelEstimate, estimate, phase_s, speedup, without_phase_time
+from stave.analyze.step_model import ModelEstimate, estimate, phase_s, speedup, step_time, without_phase_time
 from stave.diagnose.finding import Finding, severity_for_speedup
 from stave.diagnose.inputs import DoctorInput
 from stave.measure.config import LoaderInfo
@@ -119,13 +119,22 @@ def saving_speedup(inp: DoctorInput, saved_s: dict[str, float], step_s: float,
     GPU's busy time per step where the rule measured it, which bounds the step from below).
 
     Without model inputs (no counted step) it is the closed form ``T / (T - saved)``.
+
+    The seconds are the measured step's (a median phase, or a phase's share of the median step);
+    the model holds mean phases and is matched to ``step_s`` by scaling when it explains more than
+    that (:func:`~stave.analyze.step_model.estimate`). So the saving is scaled the same way first:
+    a fix that removes a fifth of the measured step removes a fifth of the model's. Taken as they
+    are, the seconds would leave the mean's excess over the median (a loop's garbage collections,
+    jitter) in the fixed step.
     """
     model = step_inputs(inp.record, inp.summary)
     if model is None:
         return speedup(step_s, step_s - sum(max(v, 0.0) for v in saved_s.values()))
     if device_s is not None:
         model = model.changed(device_s=device_s)
-    return estimate(model, without_phase_time(model, saved_s), step_s)
+    t_model = step_time(model).step_s
+    scale = max(1.0, t_model / step_s) if step_s > 0 else 1.0
+    return estimate(model, without_phase_time(model, {p: s * scale for p, s in saved_s.items()}), step_s)
 
 
 def spread_saving(inp: DoctorInput, phases: tuple[str, ...], saved_s: float) -> dict[str, float]:

@@ -98,7 +98,8 @@ def attention_eager(inp: DoctorInput) -> Finding | None:
         ratio = probes.attention_eager_s / probes.attention_sdpa_s if probes.attention_sdpa_s > 0 else None
         evidence.update({"probe_eager_s_per_call": probes.attention_eager_s, "probe_sdpa_s_per_call": probes.attention_sdpa_s,
                          "probe_shape": probes.attention_probe, "attention_calls_per_step": calls,
-                         "saved_s_per_step": saved})
+                         "saved_s_per_step": saved, "probe_fresh_page_share": probes.attention_fresh_share,
+                         "minor_faults_per_step": cfg.minor_faults_per_step})
         how = (f"SDPA measured {ratio:.2f}x faster per call here at [batch, heads, seq, head_dim] = "
                f"{probes.attention_probe}" if ratio else "")
         explanation = ("Estimate: the probe's eager-minus-SDPA seconds for one attention call (forward and "
