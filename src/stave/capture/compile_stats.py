@@ -46,3 +46,14 @@ def read_compile_stats() -> CompileStats | None:
         log.debug("torch._dynamo counters unreadable: %s", exc)
         return None
     return CompileStats(frames=frames, compile_s=compile_s, reasons=reasons[:MAX_REASONS])
+
+
+def frames_total() -> int | None:
+    """Frames dynamo has compiled so far (one counter read; None when dynamo was never imported)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return None
+    try:
+        return int(utils.counters["frames"]["total"])
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None

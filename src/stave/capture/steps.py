@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from stave.capture.batch_walk import TokenCount, TokenTotals
+from stave.capture.compile_stats import frames_total
 from stave.device import Mark, StepClock
 from stave.measure.steps import PhaseSpan, StepRecord
 
@@ -66,6 +67,7 @@ class _PendingStep:
     flop_counted: bool = False
     rss_bytes: int = 0
     cpu_ns: int = 0
+    compiled_frames: int = 0
 
 
 def _process_cpu_ns() -> int:
@@ -123,6 +125,8 @@ class StepTracker:
         self._active_tokens: list[TokenCount] = []
         self._active_cpu_ns = 0
         self._step_cpu_ns = _process_cpu_ns()
+        # Dynamo is usually imported by the script's torch.compile, after this: its frames so far are 0.
+        self._frames_seen = frames_total() or 0
         self._suspended: str | None = None
         self._spans: list[_Span] = []
         self._step_start: Mark = clock.mark()
@@ -243,6 +247,11 @@ class StepTracker:
         # The CPU reading taken with the step's end mark (a step closed retroactively ended then).
         pending = _PendingStep(index, self._step_start, end, mine, warmup, profiled, flop, self._rss.read(),
                                max(0, cpu_end_ns - self._step_cpu_ns) if self._step_cpu_ns and cpu_end_ns else 0)
+        # Frames torch.compile compiled inside this step (dynamo's counter; nothing without dynamo).
+        frames = frames_total()
+        if frames is not None:
+            pending.compiled_frames = max(0, frames - self._frames_seen)
+            self._frames_seen = frames
         self._step_cpu_ns = cpu_end_ns
         self._pending.append(pending)
         self._step_start = end
@@ -273,6 +282,7 @@ class StepTracker:
             device_timed=p.end.event is not None,
             rss_bytes=p.rss_bytes,
             cpu_ns=p.cpu_ns,
+            compiled_frames=p.compiled_frames,
         )
         eval_runs = eval_runs_of([span.phase for span in p.spans])
         in_eval = {i for first, last in eval_runs for i in range(first, last + 1)}

@@ -80,6 +80,8 @@ class StepRecord:
     # difference over the compute time: the measured side of the step model's CPU budget.
     cpu_ns: int = 0
     data_wait_cpu_ns: int = 0
+    # Frames torch.compile compiled inside the step (dynamo's counter; 0 without torch.compile).
+    compiled_frames: int = 0
 
     @property
     def wall_ns(self) -> int:

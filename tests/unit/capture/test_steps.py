@@ -205,3 +205,17 @@ def test_each_step_reads_the_process_cpu_of_the_step_and_of_its_data_waits() -> 
         assert 0.03e9 <= step.data_wait_cpu_ns < 0.08e9
         assert step.cpu_ns - step.data_wait_cpu_ns >= 0.01e9
         assert step.cpu_ns < 0.2e9
+
+
+def test_each_step_counts_the_frames_torch_compile_compiled_in_it(monkeypatch) -> None:
+    from stave.capture import steps as steps_module
+
+    # Dynamo not imported when the tracker starts (None), then 3 frames in step 0, none in step
+    # 1, 2 in step 2.
+    readings = iter([None, 3, 3, 5])
+    monkeypatch.setattr(steps_module, "frames_total", lambda: next(readings))
+    tr = StepTracker(FakeClock())
+    for _ in range(3):
+        _one_step(tr, [1])
+    tr.finish()
+    assert [s.compiled_frames for s in tr.steps] == [3, 0, 2]

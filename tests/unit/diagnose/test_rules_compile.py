@@ -58,3 +58,32 @@ def test_dynamo_counters_see_frames_and_reasons():
     assert after is not None
     assert after.frames - (before.frames if before else 0) >= 3
     assert any("size mismatch" in r for r in after.reasons)
+
+
+def test_a_compiling_step_is_priced_by_its_excess_over_the_other_steps_rate():
+    # Steps of 32 to 64 samples, 1 ms a sample; four of them compiled: 150 ms of their time beyond
+    # that rate, of which dynamo's compile timer saw 100 ms (the rest: first runs of new kernels).
+    from synth_records import make_steps
+
+    steps = make_steps(lambda i: {"data_wait": 1.0, "forward": 20.0, "backward": 20.0, "optimizer": 5.0, "other": 2.0})
+    for i, s in enumerate(steps):
+        s.samples = 32 + (i * 7) % 33
+        base_ns = s.samples * 1_000_000
+        s.end_ns = s.start_ns + base_ns + (37_500_000 if i in (3, 9, 15, 21) and s.counted else 0)
+        s.forward_ns = s.end_ns - s.start_ns - 28_000_000
+        s.compiled_frames = 1 if i in (3, 9, 15, 21) and s.counted else 0
+    rec = compiled_record(4, 0.100, ["0/0: tensor 'x' size mismatch at index 0. expected 40, actual 47"])
+    rec.steps = steps
+    f = run_rule("RECOMPILES", rec)
+    assert f is not None
+    assert f.evidence["compiling_steps"] == 4
+    assert f.evidence["steady_s_per_sample"] == pytest.approx(1e-3)
+    assert f.evidence["compiling_steps_excess_s"] == pytest.approx(0.150)
+    counted = [s for s in steps if s.counted]
+    assert f.evidence["saved_s_per_step"] == pytest.approx(0.150 / len(counted))
+    # Without per-step compile counts (an older record), dynamo's timer alone: a smaller estimate.
+    for s in steps:
+        s.compiled_frames = 0
+    g = run_rule("RECOMPILES", rec)
+    assert g is not None and g.evidence["saved_s_per_step"] == pytest.approx(0.100 / len(counted))
+    assert g.est_speedup < f.est_speedup
