@@ -87,3 +87,20 @@ def test_a_compiling_step_is_priced_by_its_excess_over_the_other_steps_rate():
     g = run_rule("RECOMPILES", rec)
     assert g is not None and g.evidence["saved_s_per_step"] == pytest.approx(0.100 / len(counted))
     assert g.est_speedup < f.est_speedup
+
+
+def test_the_bucketing_fix_keeps_one_compile_per_bucket():
+    # Sizes 64 to 144 failing the guards again and again: the fix pads them to multiples of 32,
+    # four buckets (64, 96, 128, 160), each still compiled once: 4 of the 13 frames' cost stays.
+    from stave.diagnose.rules.compile import _buckets
+
+    reasons = [f"0/{i}: tensor 'args[0]' size mismatch at index 2. expected {a}, actual {b}"
+               for i, (a, b) in enumerate([(88, 64), (64, 120), (120, 136), (136, 144)])]
+    assert _buckets(reasons, "args[0]", "2") == 4
+    assert _buckets(reasons, "args[0]", "3") is None
+    rec = compiled_record(12, 1.2, reasons)
+    rec.config.compile_frames = 13
+    f = run_rule("RECOMPILES", rec)
+    assert f is not None and f.evidence["dynamic_did_not_hold"] and f.evidence["buckets_after_fix"] == 4
+    counted = len([s for s in rec.steps if s.counted])
+    assert f.evidence["saved_s_per_step"] == pytest.approx(1.2 * 9 / 13 / counted, rel=1e-3)  # evidence is rounded

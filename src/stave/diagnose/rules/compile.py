@@ -40,6 +40,23 @@ def _failures_of(reasons: list[str], tensor: str, index: str) -> int:
                if m.group(1) == tensor and m.group(2) == "size" and m.group(3) == index)
 
 
+# The bucket the fix text pads a failing dimension up to (a multiple of it, as detection models'
+# "size divisible by 32"); the estimate prices exactly that change.
+BUCKET = 32
+_SIZES = re.compile(r"tensor '([^']+)' size mismatch at index (\d+)\. expected (\d+), actual (\d+)")
+
+
+def _buckets(reasons: list[str], tensor: str | None, index: str | None) -> int | None:
+    """Buckets of :data:`BUCKET` spanning the sizes the guard failures show for ``tensor``'s
+    dimension ``index`` (from the smallest to the largest: the kept reasons are only the first few,
+    the range is what they do show), None when they show no sizes."""
+    sizes = [int(n) for text in reasons for m in _SIZES.finditer(text)
+             if m.group(1) == tensor and m.group(2) == index for n in (m.group(3), m.group(4))]
+    if not sizes:
+        return None
+    return -(-max(sizes) // BUCKET) - (-(-min(sizes) // BUCKET)) + 1
+
+
 def _changing(reasons: list[str]) -> tuple[str | None, str | None, str | None]:
     """(tensor, what changed, index) of the first guard failure that names a tensor."""
     for text in reasons:
@@ -90,13 +107,17 @@ def recompiles(inp: DoctorInput) -> Finding | None:
     # The compiles ran inside the steps' forward (where the compiled module is called): per step,
     # their mean share of the counted steps comes off that phase.
     compiling, steady_s_per_sample, steps_saved_s = compiling_steps_excess(record.counted_steps())
-    per_step = max(compile_s, steps_saved_s or 0.0) / summary.steps
-    phases = dict(model.phases_s)
-    phases["forward"] = max(0.0, phases.get("forward", 0.0) - per_step)
-    est = estimate(model, model.changed(phases_s=phases), summary.step_time_mean_s)
     tensor, what, index = _changing(cfg.recompile_reasons)
     failures = _failures_of(cfg.recompile_reasons, tensor, index) if tensor and what == "size" and index else 0
     repeated = failures >= REPEATED_FAILURES
+    # The bucketing fix still compiles each bucket once: of the frames compiled, as many as there
+    # are buckets stay (the same share of them in the counted steps).
+    buckets = _buckets(cfg.recompile_reasons, tensor, index) if repeated else None
+    kept = min(1.0, buckets / cfg.compile_frames) if buckets and cfg.compile_frames else 0.0
+    per_step = max(compile_s, steps_saved_s or 0.0) * (1.0 - kept) / summary.steps
+    phases = dict(model.phases_s)
+    phases["forward"] = max(0.0, phases.get("forward", 0.0) - per_step)
+    est = estimate(model, model.changed(phases_s=phases), summary.step_time_mean_s)
     if repeated:
         fix = (f"# dimension {index} of {tensor} failed the guards {failures} times: dynamic shapes did not\n"
                "# hold for it (dynamic=False, or an op that specializes on the size, e.g. a CPU convolution).\n"
@@ -127,6 +148,7 @@ def recompiles(inp: DoctorInput) -> Finding | None:
             "steady_s_per_sample": steady_s_per_sample,
             "compiling_steps_excess_s": steps_saved_s,
             "saved_s_per_step": per_step,
+            "buckets_after_fix": buckets,
             "recompile_reasons": cfg.recompile_reasons,
             "changing_tensor": tensor,
             "changing_property": what,
