@@ -210,6 +210,10 @@ def describe_model(module: torch.nn.Module, snap: ConfigSnapshot) -> None:
 
     snap.model_class = type(module).__name__
     snap.compiled = type(module).__name__ == "OptimizedModule" or getattr(module, "_compiled_call_impl", None) is not None
+    # torch.compile(model, dynamic=...) as passed (a private attribute of dynamo's context: None
+    # where it is absent or was not given).
+    dynamic = getattr(getattr(module, "dynamo_ctx", None), "_dynamic", None)
+    snap.compile_dynamic = dynamic if isinstance(dynamic, bool) else None
     snap.dataparallel = isinstance(module, DataParallel)
     snap.ddp = isinstance(module, DistributedDataParallel)
     if snap.ddp:

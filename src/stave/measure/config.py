@@ -187,6 +187,8 @@ class ConfigSnapshot:
     # torch.compile (only when the script imported dynamo): frames compiled and seconds compiling,
     # in all and during the counted steps (after warm-up), and the first guard-failure reasons.
     compile_frames: int | None = None
+    # torch.compile's ``dynamic`` argument for the model, when the module shows it (None: not given).
+    compile_dynamic: bool | None = None
     compile_frames_counted: int | None = None
     compile_s_counted: float | None = None
     recompile_reasons: list[str] = field(default_factory=list)

@@ -104,3 +104,37 @@ def test_the_bucketing_fix_keeps_one_compile_per_bucket():
     assert f is not None and f.evidence["dynamic_did_not_hold"] and f.evidence["buckets_after_fix"] == 4
     counted = len([s for s in rec.steps if s.counted])
     assert f.evidence["saved_s_per_step"] == pytest.approx(1.2 * 9 / 13 / counted, rel=1e-3)  # evidence is rounded
+
+
+def test_dynamic_false_without_convolutions_is_fixed_by_dropping_it():
+    # The same repeated failures, but the model was compiled with dynamic=False and has no
+    # convolutions: without the flag one dynamic graph serves every size, so no compile stays.
+    reasons = [f"0/{i}: tensor 'args[0]' size mismatch at index 0. expected {a}, actual {b}"
+               for i, (a, b) in enumerate([(88, 64), (64, 120), (120, 126), (126, 100)])]
+    rec = compiled_record(12, 1.2, reasons)
+    rec.config.compile_frames = 13
+    rec.config.compile_dynamic = False
+    rec.config.conv_model = False
+    f = run_rule("RECOMPILES", rec)
+    assert f is not None and f.evidence["buckets_after_fix"] is None
+    assert "without dynamic=False" in f.fix and "mark_dynamic(x, 0)" in f.fix
+    counted = len([s for s in rec.steps if s.counted])
+    assert f.evidence["saved_s_per_step"] == pytest.approx(1.2 / counted, rel=1e-3)
+    # A conv net: its compiled convolutions specialize on the size whatever the flag: buckets.
+    rec.config.conv_model = True
+    g = run_rule("RECOMPILES", rec)
+    assert g is not None and g.evidence["buckets_after_fix"] == 3 and "multiple of 32" in g.fix
+    assert g.est_speedup < f.est_speedup
+
+
+def test_the_compile_flag_is_read_from_the_compiled_module():
+    from stave.capture.config_probe import describe_model
+    from stave.measure import ConfigSnapshot
+
+    for flag in (False, True, None):
+        snap = ConfigSnapshot()
+        describe_model(torch.compile(torch.nn.Linear(2, 2), dynamic=flag), snap)
+        assert snap.compiled and snap.compile_dynamic is flag
+    snap = ConfigSnapshot()
+    describe_model(torch.nn.Linear(2, 2), snap)
+    assert snap.compile_dynamic is None

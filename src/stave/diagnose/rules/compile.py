@@ -110,15 +110,26 @@ def recompiles(inp: DoctorInput) -> Finding | None:
     tensor, what, index = _changing(cfg.recompile_reasons)
     failures = _failures_of(cfg.recompile_reasons, tensor, index) if tensor and what == "size" and index else 0
     repeated = failures >= REPEATED_FAILURES
+    # dynamic=False holds every dimension static: without it (or with the dimension marked dynamic)
+    # one graph serves all sizes, unless the model has convolutions, which specialize on the input
+    # size when compiled for a CPU whatever the setting (compile_multiscale: dynamic=True compiled
+    # the same seven graphs). Then the fix is buckets.
+    static_only = repeated and cfg.compile_dynamic is False and not cfg.conv_model
+    bucketing = repeated and not static_only
     # The bucketing fix still compiles each bucket once: of the frames compiled, as many as there
     # are buckets stay (the same share of them in the counted steps).
-    buckets = _buckets(cfg.recompile_reasons, tensor, index) if repeated else None
+    buckets = _buckets(cfg.recompile_reasons, tensor, index) if bucketing else None
     kept = min(1.0, buckets / cfg.compile_frames) if buckets and cfg.compile_frames else 0.0
     per_step = max(compile_s, steps_saved_s or 0.0) * (1.0 - kept) / summary.steps
     phases = dict(model.phases_s)
     phases["forward"] = max(0.0, phases.get("forward", 0.0) - per_step)
     est = estimate(model, model.changed(phases_s=phases), summary.step_time_mean_s)
-    if repeated:
+    if static_only:
+        fix = (f"# dimension {index} of {tensor} failed the guards {failures} times: the model was compiled with\n"
+               "# dynamic=False, which keeps every size static (one graph per size, then eager past the limit).\n"
+               "model = torch.compile(model)  # without dynamic=False: the size is made dynamic at its first change\n"
+               f"# or keep it and mark the dimension:  torch._dynamo.mark_dynamic(x, {index})  before the compiled call")
+    elif repeated:
         fix = (f"# dimension {index} of {tensor} failed the guards {failures} times: dynamic shapes did not\n"
                "# hold for it (dynamic=False, or an op that specializes on the size, e.g. a CPU convolution).\n"
                f"# Pad or bucket dimension {index} to a few fixed sizes, each compiled once:\n"
@@ -149,6 +160,7 @@ def recompiles(inp: DoctorInput) -> Finding | None:
             "compiling_steps_excess_s": steps_saved_s,
             "saved_s_per_step": per_step,
             "buckets_after_fix": buckets,
+            "compile_dynamic": cfg.compile_dynamic,
             "recompile_reasons": cfg.recompile_reasons,
             "changing_tensor": tensor,
             "changing_property": what,
