@@ -118,11 +118,13 @@ def period_steps(stalled: list[int], counted: list[int]) -> int | None:
     tried = 0
     for p in range(2, n // (PERIOD_MIN_HITS - 1) + 1):
         tried += p
-        beats = Counter(i % p for i in counted)
         hits = Counter(i % p for i in stalled_set)
-        for r, h in hits.items():
-            if h < PERIOD_MIN_HITS:
-                continue
+        offsets = [r for r, h in hits.items() if h >= PERIOD_MIN_HITS]
+        if not offsets:
+            continue  # the common case for long periods: the beats need not be counted (O(n) each)
+        beats = Counter(i % p for i in counted)
+        for r in offsets:
+            h = hits[r]
             chance = hypergeometric_tail(n, beats[r], k, h)
             if best is None or chance < best[0]:
                 best = (chance, p)

@@ -98,7 +98,9 @@ def _backward_replay_s(inp: DoctorInput, hot_share: float) -> float | None:
     if not loop_ops or not rate or backward_ops <= 0:
         return None
     loop_nodes = min(loop_ops, max(0, backward_ops - BACKWARD_OPS_PER_FORWARD_OP * ops.get("forward", 0)))
-    backward = phase_s(summary, "backward")
+    # The median backward, as 'other' is the median: a phase's share of the median step would shrink
+    # it by whatever a stall elsewhere (one 170 ms step in 'other') adds to the mean step.
+    backward = summary.phase_median_s.get("backward", phase_s(summary, "backward"))
     flop_time = record.config.flops_by_phase.get("backward", 0) / rate
     per_op = max(0.0, backward - flop_time) / backward_ops
     return per_op * loop_nodes * hot_share
