@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from stave.measure.pipeline import StageStat, WorkerStats
+from stave.monitor.procfs import ProcFiles
 
 log = logging.getLogger(__name__)
 
@@ -32,41 +33,27 @@ FLUSH_INTERVAL_S = 0.5
 _local = threading.local()
 
 
-def _proc_read(name: str, size: int) -> bytes | None:
-    """This thread's ``/proc/thread-self/<name>``, read again through a descriptor kept per thread.
+def _thread_files() -> ProcFiles:
+    """This thread's open-once, ``pread``-many cache of its ``/proc/thread-self`` files.
 
-    Opening the file per fetch cost two more syscalls and a path walk each time (about 25 us a
-    fetch, on every batch of a loop that loads in the main process). A /proc file regenerates on
-    each read from offset 0, so ``pread`` at 0 reads it fresh. The descriptor belongs to the thread
-    that opened it: a forked worker opens its own (the pid is part of the key).
+    Opening the files per fetch cost two more syscalls and a path walk each time (about 25 us a
+    fetch, on every batch of a loop that loads in the main process). The descriptors name the
+    thread that opened them, so each thread keeps its own (closed when the thread ends), and a
+    forked worker drops the copies it inherited and opens its own.
     """
-    fds = getattr(_local, "proc_fds", None)
+    files = getattr(_local, "proc_files", None)
     pid = os.getpid()
-    if fds is None or getattr(_local, "proc_pid", None) != pid:
-        fds = _local.proc_fds = {}
+    if files is None or getattr(_local, "proc_pid", None) != pid:
+        files = _local.proc_files = ProcFiles()
         _local.proc_pid = pid
-    fd = fds.get(name)
-    if fd is None:
-        # os.open, not open(): the doctor's own reads must not count as the dataset's opens.
-        try:
-            fd = fds[name] = os.open(f"/proc/thread-self/{name}", os.O_RDONLY)
-        except OSError:
-            fds[name] = -1
-            return None
-    if fd < 0:
-        return None
-    try:
-        return os.pread(fd, size, 0)
-    except OSError:
-        return None
+    return files
 
 
 def _io_counters() -> dict[str, int] | None:
     """This thread's I/O counters (/proc/thread-self/io): syscalls and bytes, or None if hidden."""
-    raw = _proc_read("io", 4096)
-    if raw is None:
+    text = _thread_files().read("/proc/thread-self/io")
+    if text is None:
         return None
-    text = raw.decode("ascii", "replace")
     out: dict[str, int] = {}
     for line in text.splitlines():
         key, _, value = line.partition(":")
@@ -79,10 +66,10 @@ def _io_counters() -> dict[str, int] | None:
 
 def _run_delay_ns() -> int | None:
     """Time this thread has spent runnable but waiting for a core (schedstat field 2), or None."""
-    raw = _proc_read("schedstat", 256)
-    if raw is None:
+    text = _thread_files().read("/proc/thread-self/schedstat")
+    if text is None:
         return None
-    fields = raw.split()
+    fields = text.split()
     return int(fields[1]) if len(fields) >= 2 and fields[1].isdigit() else None
 
 

@@ -33,10 +33,10 @@ from stave.capture.hooks_loader import LoaderHooks
 from stave.capture.hooks_loop import LoopHooks
 from stave.capture.loader_stats import read_worker_files
 from stave.capture.compile_stats import CompileStats, read_compile_stats
-from stave.monitor.page_faults import minor_faults
 from stave.capture.op_counter import OpCounter
 from stave.capture.steps import StepTracker
 from stave.files import atomic_write_json
+from stave.monitor.procfs import minor_faults
 from stave.measure.config import ConfigSnapshot, TensorInfo, training_loader
 from stave.measure.record import RunInfo, RunRecord
 from stave.measure.steps import step_time_s
@@ -435,7 +435,7 @@ class DoctorSession:
         forwards = sum(s.forward_calls for s in counted)
         if not (rows and tokens and forwards):
             return
-        _layers, heads, head_dim, causal = cfg.attention_geometry
+        layers, heads, head_dim, causal = cfg.attention_geometry
         batch, seq = max(1, round(rows / forwards)), max(1, round(tokens / rows))
         # Under autocast attention runs in the autocast dtype; otherwise in the parameters' (fp32).
         dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(cfg.autocast_dtype or "", torch.float32)
@@ -445,11 +445,11 @@ class DoctorSession:
         times = probe_attention(batch, heads, seq, head_dim, bool(causal), dtype, device, mask_dtype=mask_dtype)
         if times is not None and cfg.minor_faults_per_step and not dev.is_cuda(dev.resolve_device(device)):
             # The run's steps faulted pages in: time each call on fresh pages too, and take the share
-            # of that cost the run's own fault count allows (monitor/page_faults.py).
+            # of that cost the run's own fault count allows (monitor/procfs.minor_faults).
             fresh = probe_attention(batch, heads, seq, head_dim, bool(causal), dtype, device, mask_dtype=mask_dtype,
                                     fresh_pages=True)
             if fresh is not None:
-                calls = _layers * forwards / len(counted)
+                calls = layers * forwards / len(counted)
                 share = fresh_share(times, fresh, cfg.minor_faults_per_step, calls)
                 probes.attention_fresh_share = share
                 times = blended(times, fresh, share)

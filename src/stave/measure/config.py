@@ -192,6 +192,6 @@ class ConfigSnapshot:
     compile_frames_counted: int | None = None
     compile_s_counted: float | None = None
     recompile_reasons: list[str] = field(default_factory=list)
-    # Minor page faults of the process per step after warm-up (monitor/page_faults.py): a step that
+    # Minor page faults of the process per step after warm-up (monitor/procfs.minor_faults): a step that
     # touches fresh pages for its large temporaries pays a fault and a zeroing per 4 KiB page.
     minor_faults_per_step: float | None = None

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from stave import device as dev
 from stave.analyze.stats import paired_ratio
-from stave.monitor.page_faults import minor_faults
+from stave.monitor.procfs import minor_faults
 
 log = logging.getLogger(__name__)
 
@@ -89,18 +89,20 @@ _TRIM = _heap_trimmer()
 def _call_s(fn, q, k, v, device, fresh_pages: bool = False, faults: list[float] | None = None) -> float:
     """Seconds per call of ``fn`` forward and backward (``faults``: gets the call's page faults)."""
     dev.synchronize(device)
-    elapsed = 0.0
     faults_before = minor_faults() if faults is not None else None
+    elapsed = 0.0
+    start = time.perf_counter()
     for _ in range(CALLS_PER_ROUND):
         if fresh_pages and _TRIM is not None:
             # The run's steps touched fresh pages for their temporaries (its fault count says so):
             # hand the freed heap back, as the run's allocator did between steps, so this call
-            # faults its temporaries in too. The trim itself is outside the timing.
+            # faults its temporaries in too. The trim itself is left out of the time.
+            elapsed += time.perf_counter() - start
             _TRIM(0)
-        start = time.perf_counter()
+            start = time.perf_counter()
         fn(q, k, v).sum().backward()
-        dev.synchronize(device)
-        elapsed += time.perf_counter() - start
+    dev.synchronize(device)
+    elapsed += time.perf_counter() - start
     faults_after = minor_faults() if faults is not None else None
     if faults is not None and faults_before is not None and faults_after is not None:
         faults.append((faults_after - faults_before) / CALLS_PER_ROUND)
@@ -113,7 +115,7 @@ def probe_attention(batch: int, heads: int, seq: int, head_dim: int, causal: boo
     """Time one eager and one SDPA attention call (forward + backward) at this shape (None: cannot).
 
     ``fresh_pages``: each call starts with the heap's free pages returned to the OS, so that its
-    temporaries fault in (see :mod:`stave.monitor.page_faults`), and its faults are counted;
+    temporaries fault in (see :func:`stave.monitor.procfs.minor_faults`), and its faults are counted;
     eager attention's materialized ``[seq, seq]`` matrices cost about twice as much that way on a
     CPU (10 against 21 ms at [1, 4, 1024, 32] bf16 on a 2-core Zen 4; SDPA's 7.5 ms hardly changes).
 

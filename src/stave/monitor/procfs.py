@@ -149,14 +149,18 @@ class PidStat:
     reaped_ticks: int = 0
 
 
-def parse_pid_stat(text: str) -> PidStat:
-    """Parse ``/proc/<pid>/stat``. The command name may hold spaces and parentheses, so the
-    fields are counted from the last ``)``."""
+def _stat_fields(text: str) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name, which may hold spaces and
+    parentheses, so they are counted from the last ``)``: field k of proc(5) is ``[k - 3]``."""
     close = text.rfind(")")
     if close < 0:
         raise ValueError("no ')' after the command name")
-    fields = text[close + 1:].split()
-    # fields[0] is field 3 (state) of proc(5): field k is fields[k - 3].
+    return text[close + 1:].split()
+
+
+def parse_pid_stat(text: str) -> PidStat:
+    """Parse ``/proc/<pid>/stat`` (see :func:`_stat_fields`)."""
+    fields = _stat_fields(text)
     utime, stime = int(fields[11]), int(fields[12])
     return PidStat(
         cpu_ticks=utime + stime,
@@ -165,6 +169,27 @@ def parse_pid_stat(text: str) -> PidStat:
         start_ticks=int(fields[19]),
         rss_pages=int(fields[21]),
     )
+
+
+def parse_pid_minor_faults(text: str) -> int:
+    """``minflt`` (field 10) of ``/proc/<pid>/stat``: the process's minor page faults so far."""
+    return int(_stat_fields(text)[7])
+
+
+def minor_faults() -> int | None:
+    """This process's minor page faults so far (all its threads), or None where /proc does not say.
+
+    A step that frees its large temporaries back to the OS (glibc trims the heap's free top, and
+    returns chunks above its mmap threshold at once) faults fresh pages in for them in the next
+    step, a fault and a zeroing per page: the count over the counted steps says whether the run
+    was in that regime (eager attention's ``[seq, seq]`` matrices cost about twice as much there).
+    """
+    text = ProcfsSource._read_once("/proc/self/stat")
+    try:
+        return parse_pid_minor_faults(text) if text else None
+    except (ValueError, IndexError):
+        log.debug("unreadable /proc/self/stat")
+        return None
 
 
 def parse_status_ctx(text: str) -> tuple[int | None, int | None]:
@@ -198,7 +223,7 @@ def storage_devices(sys_block: str) -> frozenset[str] | None:
 # --- The source ----------------------------------------------------------------------------------
 
 
-class _Files:
+class ProcFiles:
     """Open-once, ``pread``-many cache of small kernel text files."""
 
     def __init__(self) -> None:
@@ -250,13 +275,20 @@ class _Files:
         for path in list(self._fds):
             self.forget(path)
 
+    def __del__(self) -> None:
+        # A cache held per thread goes with its thread: its descriptors must not outlive it.
+        try:
+            self.close()
+        except OSError:
+            pass
+
 
 class ProcfsSource:
     """Counters from ``/proc`` (Linux). See :class:`stave.monitor.counters.CounterSource`."""
 
     def __init__(self, paths: ProcPaths | None = None, cpus: frozenset[int] | None = None) -> None:
         self.paths = paths or ProcPaths()
-        self._files = _Files()
+        self._files = ProcFiles()
         self._tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
         self._page_bytes = os.sysconf("SC_PAGE_SIZE")
         if cpus is None:

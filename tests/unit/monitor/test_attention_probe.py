@@ -93,7 +93,7 @@ def test_fresh_pages_share_follows_the_runs_faults():
 def test_fresh_pages_cost_more_faults_than_a_warm_heap():
     """On glibc, a call on fresh pages faults in its temporaries; on the same heap warm it does not."""
     from stave.monitor import attention_probe as ap
-    from stave.monitor.page_faults import minor_faults
+    from stave.monitor.procfs import minor_faults
 
     if ap._TRIM is None or minor_faults() is None:
         pytest.skip("needs glibc's malloc_trim and /proc")
