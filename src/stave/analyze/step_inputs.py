@@ -201,9 +201,16 @@ def oversubscription_penalty(record: RunRecord, summary: StepSummary, serial_s: 
     (:func:`counted_products_ratio`). Each part shrinks by its own ratio. Without the elementwise
     ratio or a rate, the GEMMs' ratio stands for all.
     """
-    gemm_ratio = record.probes.threads_speedup
-    from_run = counted_products_ratio(record) if gemm_ratio is None else None
-    gemm_ratio = gemm_ratio or (from_run[0] if from_run else None)
+    probe_ratio = record.probes.threads_speedup
+    from_run = counted_products_ratio(record)
+    # The probe times the products back to back, the pool kept awake between them. In a step, Python
+    # runs between the ops, and libgomp lets an oversized pool's threads sleep after a short spin
+    # (see step_model.compute_cores_wanted), so each op there first wakes them all on the few cores.
+    # The run's own op-by-op timing paid that; where it says more than the probe, it is what the fix
+    # removes (16 threads on 2 cores: the forward's products ran 13x slower per FLOP than the
+    # backward's, which the autograd engine issues back to back; probe 1.35x, fix measured 3.9x).
+    use_run = from_run is not None and (probe_ratio is None or from_run[0] > probe_ratio)
+    gemm_ratio = from_run[0] if use_run and from_run is not None else probe_ratio
     if gemm_ratio is None:
         return 1.0
     elem_ratio = record.probes.threads_elementwise_speedup
@@ -211,7 +218,7 @@ def oversubscription_penalty(record: RunRecord, summary: StepSummary, serial_s: 
     parallel = max(0.0, sum(summary.phase_s(p) for p in COMPUTE_PHASES) - serial_s)
     if elem_ratio is None or not rate or parallel <= 0 or gemm_ratio <= 0 or elem_ratio <= 0:
         return gemm_ratio
-    if from_run:
+    if use_run and from_run is not None:
         # The run timed its products op by op: their share of its ops' time splits the compute.
         gemm_s = parallel * from_run[1]
     else:
@@ -231,9 +238,10 @@ def counted_products_ratio(record: RunRecord) -> tuple[float, float] | None:
     (timed op by op, at the script's threads) over their FLOPs at the rate probe's rate (timed at no
     more threads than cores). The thread probe's own convolution pairs may not fit its slice when an
     oversized pool makes a call slow (a bf16 convolution's backward ran 50x slower at 16 threads on 2
-    cores): this is what stands in. The op-by-op timing adds the dispatch mode's own cost to each
-    op, which matters for small products only: it is not used where the probe timed them. ``None``
-    where either is missing, or the rate was timed at the script's thread count."""
+    cores): this is what stands in. Where the probe did time them, this is the larger of the two
+    (:func:`oversubscription_penalty`): the probe's products ran back to back, these with the
+    step's own work between them. ``None`` where either is missing, or the rate was timed at the
+    script's thread count."""
     probes, cfg = record.probes, record.config
     rate, rate_threads = probes.matmul_flops_per_s, probes.matmul_rate_threads
     threads = cfg.torch_threads or 0

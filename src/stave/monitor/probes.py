@@ -861,6 +861,10 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                 # large GEMM cannot be cut short): later probes are not starved into no answer.
                 deadline = max(start + budget_s * spent_share,
                                time.perf_counter() + budget_s * _SHARES[name] / total_share)
+                # The square GEMM that stands in where none of the step's own products could be timed
+                # keeps the rest of the slice even when they overran it (a convolution's first calls
+                # build its kernels, which no deadline cuts short): a slow machine still gets a rate.
+                fallback_s = (1.0 - OWN_SHAPES_SHARE) * max(0.0, deadline - time.perf_counter())
                 if name == "bf16":
                     # The step's own products first, within most of the slice; one square GEMM when
                     # none could be timed (a compiled model's products are not counted).
@@ -873,7 +877,7 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                         out.bf16_probe_disturbed = own.disturbed
                         out.fp32_matmul_flops_per_s = own.fp32_flops_per_s
                     else:
-                        bf16 = _bf16_probe(device, gen, deadline)
+                        bf16 = _bf16_probe(device, gen, max(deadline, time.perf_counter() + fallback_s))
                         if bf16 is not None:
                             out.bf16_speedup = bf16.ratio
                             out.bf16_probe_shape = [bf16.size] * 3
@@ -892,7 +896,8 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                     if flops_per_s is None:
                         # The step's products did not fit the budget (they are large, so compute-bound
                         # like a square GEMM): the square GEMM's rate stands in.
-                        flops_per_s = _square_fp32_rate(device, gen, deadline, job_dtype)
+                        flops_per_s = _square_fp32_rate(device, gen, max(deadline, time.perf_counter() + fallback_s),
+                                                        job_dtype)
                     out.matmul_rate_threads = torch.get_num_threads()
                     torch.set_num_threads(saved_threads)
                     out.matmul_flops_per_s = flops_per_s

@@ -96,6 +96,35 @@ def test_threads_prices_products_too_slow_to_probe_from_the_runs_own_timing():
     assert run_rule("THREAD_OVERSUBSCRIPTION", rec).est_speedup == 1.0
 
 
+def test_threads_takes_the_runs_own_product_timing_where_it_is_slower_than_the_probes():
+    # 16 threads on 2 cores. The probe's products ran back to back (pool awake): 1.35x. In the step,
+    # Python between the ops let the oversized pool sleep, and the counted step's products took 58 ms
+    # for 1.08e9 FLOPs that the rate probe (2 threads) does in 10 ms: that is what the fix removes.
+    from stave.analyze.breakdown import summarize_steps
+    from stave.analyze.step_inputs import counted_products_ratio, oversubscription_penalty
+
+    cfg = healthy_config(torch_threads=16, flops_by_phase={"forward": 4e8, "backward": 6.8e8},
+                         op_s_by_phase={"forward": {"product": 0.050, "autocast_low": 0.001},
+                                        "backward": {"product": 0.008, "autocast_low": 0.002}})
+    pr = dict(threads_elementwise_speedup=1.8, matmul_flops_per_s=1.08e11, matmul_rate_threads=2)
+    rec = healthy_record(config=cfg, probes=probes(threads_speedup=1.35, **pr))
+    summary = summarize_steps(rec.steps)
+    ratio, share = counted_products_ratio(rec)
+    assert ratio == pytest.approx(5.8) and share == pytest.approx(58 / 61)
+    parallel = sum(summary.phase_s(p) for p in ("h2d", "forward", "backward", "optimizer", "other")) - 2.25e-3
+    assert oversubscription_penalty(rec, summary, 2.25e-3) == pytest.approx(
+        parallel / (parallel * share / ratio + parallel * (1 - share) / 1.8), rel=1e-3)
+    f = run_rule("THREAD_OVERSUBSCRIPTION", rec)
+    assert f.evidence["products_ratio_from_run"] == pytest.approx(ratio)
+    # Where the step's products ran no slower than the probe's, the probe's ratio stands.
+    fast = healthy_config(torch_threads=16, flops_by_phase={"forward": 4e8, "backward": 6.8e8},
+                          op_s_by_phase={"forward": {"product": 0.005}, "backward": {"product": 0.008}})
+    rec2 = healthy_record(config=fast, probes=probes(threads_speedup=1.35, **pr))
+    assert counted_products_ratio(rec2)[0] == pytest.approx(1.3) and oversubscription_penalty(
+        rec2, summarize_steps(rec2.steps), 2.25e-3) < oversubscription_penalty(rec, summary, 2.25e-3)
+    assert run_rule("THREAD_OVERSUBSCRIPTION", rec).est_speedup > run_rule("THREAD_OVERSUBSCRIPTION", rec2).est_speedup
+
+
 def test_serial_ops_keep_their_time_when_the_pool_shrinks():
     # Dropout's mask and small ops run on one thread whatever the pool: their counted time beyond
     # dispatch is serial, which neither the oversized pool slowed nor a smaller pool speeds up.

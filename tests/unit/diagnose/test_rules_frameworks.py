@@ -127,10 +127,19 @@ def test_unfused_optimizer_estimate_from_ops_at_the_measured_dispatch_cost():
     assert "fused=True" in f.fix and "AdamW" in f.fix
 
 
-@pytest.mark.parametrize("changes", [dict(fused=True), dict(optimizer_ms=5.0), dict(ops=0),
+# optimizer_ms=2.0: 2.7 % of the step, so even a fused update that kept only MIN_TIME_LEFT of it
+# saves under the report bar.
+@pytest.mark.parametrize("changes", [dict(fused=True), dict(optimizer_ms=2.0), dict(ops=0),
                                      dict(foreach=None, device="cuda", ops=20)])
 def test_optimizer_quiet(changes):
     assert run_rule("OPTIMIZER_UNFUSED", opt_record(**changes)) is None
+
+
+def test_optimizer_under_a_tenth_of_the_step_is_named_when_its_fix_clears_the_bar():
+    # 5 ms of a 75 ms step (6.7 %): no share floor; 2000 ops at 3 us go, a fifth of it stays: 1.057x.
+    f = run_rule("OPTIMIZER_UNFUSED", opt_record(optimizer_ms=5.0))
+    assert f is not None and f.evidence["optimizer_share"] < 0.10
+    assert 1.05 <= f.est_speedup < 1.06
 
 
 def test_is_unfused_by_device_defaults():

@@ -19,8 +19,6 @@ from stave.diagnose.inputs import DoctorInput
 from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, is_gpu, make_finding, saving_speedup
 from stave.measure.config import FUSED_OPTIMIZERS as FUSED_TYPES
 from stave.measure.config import OptimizerInfo
-# Below a tenth of the step, the optimizer is not where the time goes, whatever its implementation.
-MIN_OPTIMIZER_SHARE = 0.10
 # A fused update still reads and writes every parameter and its state: at least this share of the
 # optimizer's time stays (the memory traffic no implementation avoids).
 MIN_TIME_LEFT = 0.2
@@ -76,7 +74,10 @@ def optimizer_unfused(inp: DoctorInput) -> Finding | None:
     best = best_implementation(record.probes.optimizer_fused_ratio, record.probes.optimizer_foreach_ratio)
     impl, ratio = best if best is not None else ("fused", None)
     ops = cfg.aten_ops_by_phase.get("optimizer", 0)
-    if not unfused or share < MIN_OPTIMIZER_SHARE:
+    # No floor on the optimizer's share: what the fix buys is the estimate (its measured time over the
+    # probe's ratio), held to the report bar like every finding's. A share floor of a tenth hid an
+    # AdamW at 8.7 % of an accelerate loop's step whose fused=True measured 1.08x.
+    if not unfused:
         return None
     opt_s = phase_s(summary, "optimizer")
     tensors = sum(o.param_tensors for o in cfg.optimizers)

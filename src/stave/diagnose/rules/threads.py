@@ -67,7 +67,7 @@ def thread_oversubscription(inp: DoctorInput) -> Finding | None:
         "torch_threads": threads,
         "cores_usable": cores,
         "threads_probe_speedup": ratio,
-        "products_ratio_from_run": (counted_products_ratio(record) or (None,))[0] if ratio is None else None,
+        "products_ratio_from_run": (counted_products_ratio(record) or (None,))[0],
         "threads_probe_elementwise_speedup": record.probes.threads_elementwise_speedup,
         "threads_probe_source": record.probes.threads_probe_source,
         "compute_penalty": model.oversubscription_penalty,
