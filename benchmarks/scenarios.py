@@ -484,6 +484,8 @@ def load_history(paths: Sequence[Path], scenarios: Sequence[Scenario]) -> dict[t
             saved = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue  # a file being written or not a results file: no history from it
+        if not isinstance(saved, dict) or not isinstance(saved.get("meta", {}), dict):
+            continue  # other JSON beside the results (a record, a report): not a results file
         quick = bool(saved.get("meta", {}).get("quick"))
         for r in saved.get("rows", []):
             sc = by_name.get(r.get("scenario"))

@@ -174,6 +174,17 @@ def test_runtime_estimate_from_a_past_run_and_the_steps_each_statistic_needs():
     assert not known and guess == pytest.approx(runs * 2.0 + units * driver.GUESS_STEP_S)
 
 
+def test_history_skips_other_json_beside_the_results(tmp_path):
+    # A saved record (a JSON list) or a report in the results folder is not a results file.
+    sc = SCENARIOS[0]
+    row = {"scenario": sc.name, "variant": sc.variants[0].label, "status": "ok", "seconds": 30.0, "pairs": 5}
+    (tmp_path / "a.rec.json").write_text(json.dumps([{"schema": "x"}]))
+    (tmp_path / "b.json").write_text(json.dumps({"meta": [], "rows": [row]}))
+    (tmp_path / "c.json").write_text(json.dumps({"meta": {}, "rows": [row]}))
+    history = driver.load_history(sorted(tmp_path.glob("*.json")), SCENARIOS)
+    assert list(history) == [(sc.name, sc.variants[0].label)]
+
+
 def _fast_cases():
     for s in SCENARIOS:
         if not s.fast:
