@@ -2,7 +2,10 @@
 
 The encoder of ``plain_padding_maxlen.py``, fed the right way: samples sorted into buckets of
 similar length (a length-grouped sampler), each batch padded to its own longest sequence, so pad
-tokens are a few percent of the batch. ``--fixed`` changes nothing.
+tokens are a few percent of the batch. Its AdamW is the fused one: the CPU default (a loop over the
+tensors) took 11 % of the step on a 2-core Cascade Lake, where ``fused=True`` measured 1.12-1.25x on
+the median step (three interleaved pairs) and the doctor rightly named OPTIMIZER_UNFUSED 1.09x: a
+control plants nothing. ``--fixed`` changes nothing.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def main() -> None:
     encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
     head = nn.Linear(args.dim, 4)
     params = [*embed.parameters(), *encoder.parameters(), *head.parameters()]
-    opt = torch.optim.AdamW(params, lr=3e-4)
+    opt = torch.optim.AdamW(params, lr=3e-4, fused=True)
     timer = StepTimer(args.steps, args.warmup)
     while not timer.done:
         for ids, y in loader:

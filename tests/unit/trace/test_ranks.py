@@ -89,6 +89,15 @@ def test_straggler_rule_quiet_when_balanced_or_no_collectives() -> None:
     assert rank_straggler([timing(0, 0.3)]) is None
 
 
+def test_straggler_computing_within_the_noise_is_not_named() -> None:
+    # Rank 1 arrives last and waits 0.06 of a 1.0 s step less, its compute 0.53 against 0.50: 6 %
+    # more, within the 10 % a steady job's ranks differ by (RANK_IMBALANCE's bar): no straggler.
+    assert rank_straggler([timing(0, 0.10, compute=0.50), timing(1, 0.04, compute=0.53)]) is None
+    # The same gap from 20 % more compute is one.
+    f = rank_straggler([timing(0, 0.10, compute=0.50), timing(1, 0.04, compute=0.60)])
+    assert f is not None and f.rank == 1 and f.evidence["cause"] == "compute"
+
+
 def test_imbalance_rule_memory_only_is_info() -> None:
     f = rank_imbalance([timing(0, 0.1, mem=10 << 30), timing(1, 0.1, mem=14 << 30)])
     assert f is not None and f.severity == "info" and f.est_speedup == 1.0
