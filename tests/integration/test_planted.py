@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.doctor_estimates import PLANTED, PlantedCase
-from stave.device import cpu_has_native_bf16
+from stave.device import cpu_flags, cpu_has_native_bf16
 from stave.diagnose.finding import MACHINE_IDS, severity_for_speedup
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -33,7 +33,7 @@ AT_THE_BAR_OFF_ITS_MACHINE = {"cpu_transforms"}
 
 def balanced_here() -> bool:
     """The CPU the at-the-bar scripts were balanced on: AVX2 without AVX-512 or native bf16."""
-    flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace") if Path("/proc/cpuinfo").exists() else ""
+    flags = cpu_flags()
     return "avx2" in flags and "avx512f" not in flags and not cpu_has_native_bf16()
 
 

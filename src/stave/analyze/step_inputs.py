@@ -209,8 +209,9 @@ def oversubscription_penalty(record: RunRecord, summary: StepSummary, serial_s: 
     # The run's own op-by-op timing paid that; where it says more than the probe, it is what the fix
     # removes (16 threads on 2 cores: the forward's products ran 13x slower per FLOP than the
     # backward's, which the autograd engine issues back to back; probe 1.35x, fix measured 3.9x).
-    use_run = from_run is not None and (probe_ratio is None or from_run[0] > probe_ratio)
-    gemm_ratio = from_run[0] if use_run and from_run is not None else probe_ratio
+    run_ratio = from_run[0] if from_run is not None else None
+    use_run = run_ratio is not None and (probe_ratio is None or run_ratio > probe_ratio)
+    gemm_ratio = run_ratio if use_run else probe_ratio
     if gemm_ratio is None:
         return 1.0
     elem_ratio = record.probes.threads_elementwise_speedup
@@ -218,7 +219,7 @@ def oversubscription_penalty(record: RunRecord, summary: StepSummary, serial_s: 
     parallel = max(0.0, sum(summary.phase_s(p) for p in COMPUTE_PHASES) - serial_s)
     if elem_ratio is None or not rate or parallel <= 0 or gemm_ratio <= 0 or elem_ratio <= 0:
         return gemm_ratio
-    if use_run and from_run is not None:
+    if use_run and from_run is not None:  # (from_run is set whenever use_run: for the type checker)
         # The run timed its products op by op: their share of its ops' time splits the compute.
         gemm_s = parallel * from_run[1]
     else:
