@@ -17,8 +17,9 @@ The step, per optimizer step (seconds):
   fair-share stretch ``f = max(1, R / c)``, which single-threaded work (the loader workers, the
   per-op dispatch) pays. A parallel op waits at its barrier for the thread that lost its core, so
   it pays more: ``1 + k (f - 1)``, where ``k`` (``contention_factor``, >= 1) is measured by the
-  neighbour probe (the step's thread count beside one busy process; 2 threads on 2 cores measured
-  1.8-2.5x where fair sharing says 1.5x, so ``k`` ~1.6-3 there).
+  neighbour probe (the step's own products at its thread count beside one busy process; 2 threads
+  on 2 cores measured 1.8-2.5x for a square GEMM and 2.3-5.5x for small convolutions where fair
+  sharing says 1.5x, so ``k`` ~1.6-9 there, capped below).
   Threads beyond the cores also pay the oversubscription penalty the thread probe measured.
 * **the input**: loader workers prepare batches alongside the compute; a prefetched batch hides
   behind the compute up to the compute time, so ``T = max(C, producer time per batch)``. Loading
@@ -223,8 +224,8 @@ CONTENTION_FACTOR_MAX_PER_CORE = 2.0
 
 
 def contention_factor(neighbour_stretch: float | None, threads: int, cores: int) -> float:
-    """``k`` of the parallel stretch from the neighbour probe: a matmul on ``threads`` threads beside
-    one busy process over the same alone, on ``cores`` usable cores.
+    """``k`` of the parallel stretch from the neighbour probe: the step's products (or one matmul) on
+    ``threads`` threads beside one busy process over the same alone, on ``cores`` usable cores.
 
     Fair sharing predicts the probe's stretch ``f1 = max(1, (t + 1) / c) / max(1, t / c)``; the
     measured one is ``1 + k (f1 - 1)``. ``None`` or no over-commit in the probe (t + 1 <= c: the

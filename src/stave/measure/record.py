@@ -110,6 +110,9 @@ class ProbeResults:
     # meet at a barrier wait for the one that lost its core, so it is often more); [threads, cores].
     neighbour_stretch: float | None = None
     neighbour_probe: list[int] = field(default_factory=list)
+    # What the neighbour probe timed: "own_shapes" (the step's products, by their count per step)
+    # or "square" (one matmul, where they did not fit its slice or were not counted).
+    neighbour_probe_source: str | None = None
     # Seconds per byte that collating a batch into shared memory (what a loader worker does with
     # every batch) costs beyond an ordinary collate (monitor/shm_probe.py); probed only after a
     # run that loaded in the main process, which never paid it. ``shm_probe_bytes``: batch size timed.

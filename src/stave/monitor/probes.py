@@ -68,7 +68,7 @@ MAX_STARTUP_S = 2.0
 # when the pool exceeds the cores, switches thread pools (the first calls after a switch are slow),
 # times each of the step's GEMM shapes and their outputs at two thread counts, and one call of an
 # oversubscribed pool takes several times its normal time: it gets the largest share.
-_SHARES = {"bf16": 0.45, "rate": 0.45, "batch_scale": 0.3, "threads": 1.2, "neighbour": 0.3, "spin": 0.3, "wake": 0.6,
+_SHARES = {"bf16": 0.45, "rate": 0.45, "batch_scale": 0.3, "threads": 1.2, "neighbour": 0.9, "spin": 0.3, "wake": 0.6,
            "overhead": 0.15}
 # The batch-scaling probe times each of the step's GEMM shapes at its batch rows and at this many
 # times them: wide enough apart that the line through the two times separates the per-call cost
@@ -628,8 +628,20 @@ class _Spinner:
         self.proc.wait()
 
 
-def _neighbour_probe(torch_threads: int, gen: torch.Generator, deadline: float) -> float | None:
-    """Matmul time at ``torch_threads`` beside one spinning process over the same alone (>= 1 expected)."""
+def _neighbour_probe(torch_threads: int, gen: torch.Generator, deadline: float,
+                     work: list[ProductWork] | None = None,
+                     dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
+    """Time at ``torch_threads`` beside one spinning process over the same alone (>= 1 expected), and
+    what was timed: the step's own products (``work``, in ``dtype``, combined by their count per
+    step) where all of them fit most of the slice, else one square matmul ("square").
+
+    The stretch depends on the size of a call: a thread that loses its core mid-call leaves the
+    others waiting at the call's barrier for up to a scheduler time slice, which a large GEMM
+    spreads over its arithmetic and a small one does not. On a 2-core Cascade Lake, 2 threads of
+    float64_worker_images.py's convolutions beside the spinner ran 2.5-3.4x slower, a square 1024
+    GEMM 1.85-2.1x; the script's compute beside workers spinning as much CPU as its float64 ones
+    slowed about as the first says. The step's own calls are what its compute pays.
+    """
     if not hasattr(signal, "SIGSTOP"):
         return None  # no way to pause the neighbour between windows (Windows)
     cpu = torch.device("cpu")
@@ -640,6 +652,14 @@ def _neighbour_probe(torch_threads: int, gen: torch.Generator, deadline: float) 
         return None
     try:
         torch.set_num_threads(torch_threads)
+        # Contention is itself what varies here (which core the scheduler gives whom, for how long):
+        # pairs spread more than a quiet GEMM's, so the median is kept whatever the spread.
+        if work:
+            own_end = time.perf_counter() + OWN_SHAPES_SHARE * max(0.0, deadline - time.perf_counter())
+            ratio = _weighted_ratio([(w.count, lambda share, w=w: w.make(dtype, share)) for w in work], own_end,
+                                    spinner.run, spinner.pause)
+            if ratio is not None:
+                return ratio, "own_shapes"
 
         def make(size: int) -> Pair:
             mm = _matmul(size, torch.float32, cpu, gen)
@@ -648,9 +668,7 @@ def _neighbour_probe(torch_threads: int, gen: torch.Generator, deadline: float) 
         result = _interleaved_ratio(CPU_MATMUL_SIZES, make, cpu, deadline, setup_a=spinner.run, setup_b=spinner.pause)
     finally:
         spinner.close()
-    # Contention is itself what varies here (which core the scheduler gives whom, for how long):
-    # pairs spread more than a quiet GEMM's, so the median is kept whatever the spread.
-    return result.ratio if result is not None else None
+    return (result.ratio, "square") if result is not None else None
 
 
 # The spin probe's sleep after a parallel region. libgomp spins about 300,000 rounds (8.6 ms a
@@ -924,7 +942,9 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                         out.threads_probe_source = threads.source
                     out.threads_probe = [torch_threads, cores]
                 elif name == "neighbour":
-                    out.neighbour_stretch = _neighbour_probe(torch_threads, cpu_gen, deadline)
+                    neighbour = _neighbour_probe(torch_threads, cpu_gen, deadline, work, job_dtype)
+                    if neighbour is not None:
+                        out.neighbour_stretch, out.neighbour_probe_source = neighbour
                     out.neighbour_probe = [torch_threads, cores]
                 elif name == "spin":
                     out.pool_spin_s = _spin_probe(torch_threads, cpu_gen, deadline)

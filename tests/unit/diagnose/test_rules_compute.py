@@ -388,6 +388,25 @@ def test_small_batch_counts_the_per_call_share_the_batch_scale_probe_measured():
     assert partial.evidence["dispatch_s"] == pytest.approx(0.9 * 3e-3, rel=0.01)
 
 
+def test_small_batch_op_bound_compute_keeps_the_probed_per_call_share_of_its_flops():
+    # 0.3 MFLOP at the own shapes' 1e9 FLOP/s is 0.3 ms of 7 ms: op-bound, so the other 6.7 ms are
+    # per-op overhead. The 0.3 ms are those shapes' own time, and the batch-scaling probe measured
+    # half of it as per call: fixed too, where before it all counted as per-sample. (No loader
+    # workers: the larger batch is not held back by its loading.)
+    def rec_with(share: float | None):
+        rec = healthy_record(steps=tiny_steps(), probes=probes(fp32_matmul_flops_per_s=1e9, gemm_fixed_share=share),
+                             workers=[])
+        rec.config = dataclasses.replace(rec.config, flops_by_phase={"forward": 1e5, "backward": 2e5},
+                                         gemm_shapes=[[1, 2, 256, 256, int(3e5)]])
+        return rec
+
+    without = run_rule("SMALL_BATCH", rec_with(None))
+    assert without.evidence["dispatch_s"] == pytest.approx(7e-3 - 3e-4, rel=1e-3)
+    probed = run_rule("SMALL_BATCH", rec_with(0.5))
+    assert probed.evidence["dispatch_s"] == pytest.approx(7e-3 - 3e-4 + 0.5 * 3e-4, rel=1e-3)
+    assert probed.est_speedup > without.est_speedup
+
+
 def test_small_batch_op_bound_without_a_flop_rate_uses_the_floor():
     # No fp32 rate measured: the FLOPs are timed at MIN_FLOPS_PER_S, which overstates them.
     def rec_with(flops: float):

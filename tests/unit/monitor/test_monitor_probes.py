@@ -233,6 +233,22 @@ def test_neighbour_probe_times_a_busy_neighbour_and_leaves_no_process() -> None:
     result = run_probes(cores, "cpu", budget_s=1.5)
     assert result.neighbour_probe == [cores, cores]
     assert result.neighbour_stretch is not None and result.neighbour_stretch > 1.0
+    # No shapes of the step's own: one square matmul stood in.
+    assert result.neighbour_probe_source == "square"
+    assert {p.pid for p in psutil.Process().children()} <= before_children
+
+
+def test_neighbour_probe_times_the_steps_own_products() -> None:
+    # With the step's products given, the neighbour probe times those (a call's stretch beside a
+    # busy process depends on its size), and the spinning child is gone afterwards.
+    import psutil
+
+    cores = dev.usable_cores()
+    before_children = {p.pid for p in psutil.Process().children()}
+    shapes = [[1, 256, 512, 512, 2 * 256 * 512 * 512 * 4]]
+    result = run_probes(cores, "cpu", budget_s=3.0, gemm_shapes=shapes)
+    assert result.neighbour_probe_source == "own_shapes"
+    assert result.neighbour_stretch is not None and result.neighbour_stretch > 1.0
     assert {p.pid for p in psutil.Process().children()} <= before_children
 
 

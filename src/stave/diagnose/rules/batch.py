@@ -276,8 +276,14 @@ def _fixed_costs_s(inp: DoctorInput) -> tuple[float, dict[str, float]]:
         op_bound = _op_bound(inp, compute, ops, overhead)
         if op_bound is not None:
             # Ops too small for their size to matter: beyond the bare dispatch, each pays its
-            # autograd node and Python module call, none of which grows with the batch.
-            parts["dispatch_s"] = max(parts["dispatch_s"], op_bound * fixed_op_share)
+            # autograd node and Python module call, none of which grows with the batch. What is
+            # left, the FLOPs' time at the rate probe's rate, is the step's own products timed at
+            # the step's own shapes: at such sizes mostly per-call cost too, and the batch-scaling
+            # probe measured which share (tiny_batch.py, batch 2: 92 %; counted as per-sample, the
+            # rest of those products' time made batch 64 cost 4x what it measured).
+            flop_s = compute - op_bound
+            flop_fixed = flop_s * (_probed_gemm_share(inp) or 0.0)
+            parts["dispatch_s"] = max(parts["dispatch_s"], (op_bound + flop_fixed) * fixed_op_share)
             if not cfg.flops_by_phase.get("other", 0) and fixed_op_share == 1.0:
                 # The loss and bookkeeping between the phases work on the outputs of a model whose own
                 # ops were just shown to be per-op overhead: no larger tensors, so no more work per sample.
@@ -327,11 +333,22 @@ def _gemm_fixed_share(inp: DoctorInput, compute_s: float) -> float | None:
     cfg = record.config
     if share is None or not rate or compute_s <= 0:
         return None
+    if _probed_gemm_share(inp) is not None:
+        return share
+    flops = cfg.flops_by_phase.get("forward", 0) + cfg.flops_by_phase.get("backward", 0)
+    return share * min(compute_s, flops / rate) / compute_s
+
+
+def _probed_gemm_share(inp: DoctorInput) -> float | None:
+    """The batch-scaling probe's fixed share of the step's GEMM time, where the shapes it timed hold
+    at least half of forward's and backward's counted FLOPs (else it does not speak for them)."""
+    cfg = inp.record.config
+    share = inp.record.probes.gemm_fixed_share
     flops = cfg.flops_by_phase.get("forward", 0) + cfg.flops_by_phase.get("backward", 0)
     probed_flops = sum(float(s[4]) for s in cfg.gemm_shapes if len(s) >= 5)
-    if flops > 0 and probed_flops >= 0.5 * flops:
-        return share
-    return share * min(compute_s, flops / rate) / compute_s
+    if share is None or flops <= 0 or probed_flops < 0.5 * flops:
+        return None
+    return share
 
 
 def _fixed_op_share(inp: DoctorInput) -> float:
