@@ -633,13 +633,14 @@ def _neighbour_probe(torch_threads: int, gen: torch.Generator, deadline: float,
                      dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
     """Time at ``torch_threads`` beside one spinning process over the same alone (>= 1 expected), and
     what was timed: the step's own products (``work``, in ``dtype``, combined by their count per
-    step) where all of them fit most of the slice, else one square matmul ("square").
+    step; a product whose pairs do not fit its share of the slice is left out, which biases the
+    ratio low, toward fair sharing), else one square matmul ("square") where none fits.
 
     The stretch depends on the size of a call: a thread that loses its core mid-call leaves the
     others waiting at the call's barrier for up to a scheduler time slice, which a large GEMM
     spreads over its arithmetic and a small one does not. On a 2-core Cascade Lake, 2 threads of
-    float64_worker_images.py's convolutions beside the spinner ran 2.5-3.4x slower, a square 1024
-    GEMM 1.85-2.1x; the script's compute beside workers spinning as much CPU as its float64 ones
+    float64_worker_images.py's convolutions beside the spinner ran 2.3-5.5x slower, a square 1024
+    GEMM 1.7-2.1x; the script's compute beside workers spinning as much CPU as its float64 ones
     slowed about as the first says. The step's own calls are what its compute pays.
     """
     if not hasattr(signal, "SIGSTOP"):
