@@ -118,6 +118,10 @@ class StepInputs:
     wake_min_wait_s: float = float("inf")
     gpu: bool = False
     device_s: float | None = None
+    # CPU-seconds per step of work a fix moves into the trainer's compute (not measured there, so not
+    # taken back from any stretch): a per-sample transform run once on the collated batch by the
+    # intra-op threads. It is per-sample work: it grows with the batch.
+    moved_compute_cpu_s: float = 0.0
     # The compute stretch the phases were measured under; set by :func:`calibrated` so the model
     # can take it out before applying a fix's own stretch.
     stretch_measured: float = 1.0
@@ -265,7 +269,8 @@ def _compute_s(inp: StepInputs, stretch: float) -> float:
     dispatch and serial kernels on one thread) ran under the measured fair-share stretch (less the
     pool's own threads when it is larger than the cores: it sleeps then), the rest under the parallel
     stretch of the measured thread count. That parallel part is CPU work split over the threads,
-    so it scales with measured threads / new threads. Threads beyond the cores add no throughput
+    so it scales with measured threads / new threads; work a fix moves into the compute
+    (``moved_compute_cpu_s``) joins it. Threads beyond the cores add no throughput
     (the stretch holds them to a fair share) and pay ``oversubscription_penalty``.
     """
     total = 0.0
@@ -280,7 +285,7 @@ def _compute_s(inp: StepInputs, stretch: float) -> float:
     base = serial + par_m
     # fixed_s is measured seconds, stretched as the compute was: the same share of the de-stretched base.
     fixed = min(inp.fixed_s * base / total, base) if total > 0 else 0.0
-    parallel = par_m * max(1.0, inp.threads_measured) / _threads_wanted(inp)
+    parallel = (par_m * max(1.0, inp.threads_measured) + max(0.0, inp.moved_compute_cpu_s)) / _threads_wanted(inp)
     if not inp.gpu:
         # The measured run paid the penalty when its threads exceeded the cores; the fix pays it
         # when its threads do.
