@@ -205,20 +205,38 @@ def in_fetch() -> bool:
     return getattr(_local, "in_fetch", False)
 
 
-def _timed_getitem(stats: LoaderStats, get: Any, arg: Any, samples: int = 1) -> Any:
+def _begin_getitems() -> tuple[int, int]:
     _local.transform_wall_ns = 0
     _local.transform_cpu_ns = 0
-    t0 = time.perf_counter_ns()
-    c0 = time.thread_time_ns()
-    item = get(arg)
-    wall = time.perf_counter_ns() - t0
-    cpu = time.thread_time_ns() - c0
+    return time.perf_counter_ns(), time.thread_time_ns()
+
+
+def _end_getitems(stats: LoaderStats, start: tuple[int, int], samples: int) -> None:
+    wall = time.perf_counter_ns() - start[0]
+    cpu = time.thread_time_ns() - start[1]
     stats.samples += samples
     stats.getitem_wall_ns += wall
     stats.getitem_cpu_ns += cpu
     # "load" is what __getitem__ did besides its transforms: file reads and decode, mostly.
     stats.stage("load", samples, max(0, wall - _local.transform_wall_ns), max(0, cpu - _local.transform_cpu_ns))
+
+
+def _timed_getitem(stats: LoaderStats, get: Any, arg: Any, samples: int = 1) -> Any:
+    start = _begin_getitems()
+    item = get(arg)
+    _end_getitems(stats, start, samples)
     return item
+
+
+def _timed_getitems(stats: LoaderStats, get: Any, indices: Any) -> list[Any]:
+    """``[get(i) for i in indices]``, timed as one span. The stages keep only sums, and clocks read
+    per sample cost about as much as a small sample's own fetch (two wall and two thread-CPU reads,
+    the latter a system call each, and the bookkeeping: +3 us on a 4.5 us TensorDataset sample),
+    which the loading's per-sample time would then carry."""
+    start = _begin_getitems()
+    data = [get(i) for i in indices]
+    _end_getitems(stats, start, len(data))
+    return data
 
 
 def _timed_collate(stats: LoaderStats, collate_fn: Any, data: Any, samples: int) -> Any:
@@ -255,7 +273,7 @@ def timed_map_fetch(fetcher: Any, possibly_batched_index: Any) -> Any:
                 stats.getitem_cpu_ns += cpu
                 stats.stage("load", n, wall, cpu)
             else:
-                data = [_timed_getitem(stats, dataset.__getitem__, idx) for idx in possibly_batched_index]
+                data = _timed_getitems(stats, dataset.__getitem__, possibly_batched_index)
             n = len(data)
         else:
             # batch_size=None: one __getitem__ per index the sampler gives; a BatchSampler's index
@@ -301,12 +319,16 @@ def timed_iterable_fetch(fetcher: Any, possibly_batched_index: Any) -> Any:
         get = fetcher.dataset_iter.__next__
         if fetcher.auto_collation:
             data = []
-            for _ in possibly_batched_index:
-                try:
-                    data.append(_timed_getitem(stats, lambda _unused: get(), None))
-                except StopIteration:
-                    fetcher.ended = True
-                    break
+            start = _begin_getitems()
+            try:
+                for _ in possibly_batched_index:
+                    try:
+                        data.append(get())
+                    except StopIteration:
+                        fetcher.ended = True
+                        break
+            finally:
+                _end_getitems(stats, start, len(data))
             if len(data) == 0 or (fetcher.drop_last and len(data) < len(possibly_batched_index)):
                 raise StopIteration
             n = len(data)

@@ -79,6 +79,27 @@ def test_iterable_dataset_semantics(instrumented: LoaderStats) -> None:
     assert instrumented.samples == 20
 
 
+def test_a_batch_of_samples_is_timed_as_one_span(instrumented: LoaderStats, monkeypatch) -> None:
+    # The stages keep sums, so the clocks are read per batch, not per sample: a thread-CPU read is a
+    # system call, and per sample it cost about as much as a small sample's own fetch.
+    reads = []
+    real = loader_stats.time.thread_time_ns
+
+    def counting() -> int:
+        reads.append(1)
+        return real()
+
+    monkeypatch.setattr(loader_stats.time, "thread_time_ns", counting)
+    ds = torch.utils.data.TensorDataset(torch.arange(64.0).view(32, 2))
+    for loader in (DataLoader(ds, batch_size=16), DataLoader(Counting(), batch_size=5)):
+        reads.clear()
+        batches = list(loader)
+        # getitems and collate, two reads each a fetch (an iterable loader fetches once more to end)
+        assert reads and len(reads) <= 4 * (len(batches) + 1)
+    load = instrumented.stages["load"]
+    assert load.samples == 32 + 10 and instrumented.samples == 42
+
+
 @pytest.mark.parametrize("method", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_workers_write_their_stats(tmp_path: Path, method: str) -> None:
     data = tmp_path / "data"
