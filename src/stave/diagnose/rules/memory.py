@@ -39,12 +39,13 @@ MEMORY_GROWTH_SUSTAINED = 0.75
 # allocated memory counts live tensors only and has no such warm-up, so it is exempt.
 RSS_GROWTH_MIN_SHARE = 0.10
 # Each batch shape met for the first time gets its own kernels (oneDNN keeps 1,024 primitives by
-# default) and allocator blocks, so with batches of varying shape host memory grows with the shapes
-# a run has seen and stops once they are all seen; a leak grows at every step. The steps that repeat
-# a shape tell them apart: padded_longest_healthy (each batch padded to its own longest) grew RSS
-# 12 MB a step over 22 steps, 0.0 MB at each of the three steps that repeated a token count. Steps
-# repeating a shape that grew under a quarter of the fitted rate, at least this many of them, show
-# a cache filling up, not a leak.
+# default) and allocator blocks, and each frame torch.compile compiles adds its code and guards, so
+# with batches of varying shape host memory grows with the shapes and graphs a run has seen and
+# stops once they are all seen; a leak grows at every step. The steps that fill no cache (repeat a
+# shape, compile nothing) tell them apart: padded_longest_healthy (each batch padded to its own
+# longest) grew RSS 12 MB a step over 22 steps, 0.0 MB at each of the three steps that repeated a
+# token count. Such steps that grew under a quarter of the fitted rate, at least this many of them,
+# show a cache filling up, not a leak.
 REPEATED_SHAPE_MIN_STEPS = 3
 REPEATED_SHAPE_MAX_GROWTH = 0.25
 # Memory running out within a day at the measured rate: an overnight run would be killed.
@@ -77,29 +78,38 @@ def _leak(record_trend: MemoryTrend | None) -> bool:
     )
 
 
-def growth_at_repeated_shapes(record: RunRecord) -> tuple[float, int] | None:
-    """Mean RSS growth of the counted steps whose batch shape (tokens fed) an earlier step already
-    had, and how many there were; ``None`` without token counts or per-step RSS."""
+def growth_at_steady_steps(record: RunRecord) -> tuple[float, int] | None:
+    """Mean RSS growth of the counted steps that filled no cache, and how many there were: steps that
+    neither met a batch shape (its tokens fed) for the first time nor compiled a frame. A step that
+    recompiled a shape seen before still compiled (dynamo's guards fail on the order of shapes too).
+    ``None`` when the run shows neither kind of cache-filling step (no token counts, nothing compiled
+    after warm-up) or carries no per-step RSS."""
     seen: set[int] = set()
     growth: list[float] = []
     prev_rss: int | None = None
+    markers = False
     for step in record.steps:
+        new_shape = False
         if step.tokens > 0:
-            if step.counted and step.tokens in seen and prev_rss and step.rss_bytes:
-                growth.append(float(step.rss_bytes - prev_rss))
+            markers = True
+            new_shape = step.tokens not in seen
             seen.add(step.tokens)
+        compiled = step.compiled_frames > 0
+        markers = markers or (compiled and step.counted)
+        if step.counted and not new_shape and not compiled and prev_rss and step.rss_bytes:
+            growth.append(float(step.rss_bytes - prev_rss))
         prev_rss = step.rss_bytes
-    if not seen:
+    if not markers:
         return None
     return (sum(growth) / len(growth) if growth else 0.0), len(growth)
 
 
 def _shape_cache(record: RunRecord, trend: MemoryTrend) -> bool:
-    """RSS grew with new batch shapes only (see :data:`REPEATED_SHAPE_MAX_GROWTH`)."""
-    repeated = growth_at_repeated_shapes(record)
-    if repeated is None or repeated[1] < REPEATED_SHAPE_MIN_STEPS:
+    """RSS grew with new batch shapes or compiled frames only (see :data:`REPEATED_SHAPE_MAX_GROWTH`)."""
+    steady = growth_at_steady_steps(record)
+    if steady is None or steady[1] < REPEATED_SHAPE_MIN_STEPS:
         return False
-    return repeated[0] < REPEATED_SHAPE_MAX_GROWTH * trend.bytes_per_step
+    return steady[0] < REPEATED_SHAPE_MAX_GROWTH * trend.bytes_per_step
 
 
 @rule("MEMORY_GROWTH", kind="doctor")
