@@ -343,6 +343,30 @@ def test_a_product_too_slow_for_its_slice_is_timed_on_a_share_and_counted_back(m
     assert seen == [probes.THREADS_PROBE_CUTS[-1]] * 2
 
 
+def test_a_thread_probe_item_whose_pairs_spread_is_timed_again_and_the_steadier_kept(monkeypatch) -> None:
+    # First attempt: other load moved the machine (ratio 0.2, spread 3x); the second is steady.
+    answers = [probes.RatioResult(ratio=0.2, size=1, a_s=1e-3, b_s=5e-3, spread=3.0),
+               probes.RatioResult(ratio=2.5, size=1, a_s=5e-3, b_s=2e-3, spread=0.05)]
+    deadlines: list[float] = []
+
+    def fake(sizes, make, device, deadline, setup_a=None, setup_b=None, work_exponent=3.0, smallest_first=False):
+        deadlines.append(deadline)
+        return answers[len(deadlines) - 1]
+
+    monkeypatch.setattr(probes, "_interleaved_ratio", fake)
+    end = time.perf_counter() + 1.0
+    ratio = probes._weighted_ratio([(1.0, lambda share: (lambda: None))], end, lambda: None, lambda: None)
+    assert ratio == pytest.approx(2.5)
+    # The first attempt had half the slice, the repeat the rest.
+    assert len(deadlines) == 2 and deadlines[0] < deadlines[1] <= end + 1e-3
+    # A steady first attempt is not repeated.
+    deadlines.clear()
+    answers.reverse()
+    assert probes._weighted_ratio([(1.0, lambda share: (lambda: None))], time.perf_counter() + 1.0,
+                                  lambda: None, lambda: None) == pytest.approx(2.5)
+    assert len(deadlines) == 1
+
+
 def test_a_batch_scaling_shape_disturbed_twice_is_kept_and_marked(monkeypatch) -> None:
     calls: list[int] = []
 
