@@ -12,6 +12,8 @@ of its inputs and the estimate is the model's step before over after.
 
 from __future__ import annotations
 
+import math
+
 from stave.analyze.host import summarize_host
 from stave.analyze.pipeline import PipelineSummary, summarize_pipeline
 from stave.analyze.step_inputs import counted_products_ratio, machine_load, step_inputs
@@ -24,12 +26,16 @@ from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, dataloader_call, i
 # The input pipeline must want at least this many cores' worth of CPU to be named the cause: a
 # tenth of a core is within what the pin thread, Python and the monitor take anyway.
 CONTENTION_MIN_LOADER_CORES = 0.1
-# The top loading stage moved to a batch-level transform does the same arithmetic once over the
-# batch, on the step's intra-op threads: its CPU-seconds leave the workers and join the compute at
-# this share. 1.0: only the per-sample call overhead is saved, and that is not priced (a lower
-# bound of the gain; pricing the batch op as free over-estimated a numpy augmentation moved to the
-# batch, 1.72x against 1.16x measured, docs/benchmarks.md).
-BATCH_TRANSFORM_CPU_SHARE = 1.0
+# The top loading stage moved to a batch-level transform runs once over the batch, on the step's
+# intra-op threads: its CPU-seconds leave the workers and join the compute. How many of them is not
+# known from the run: the same arithmetic (share 1.0: the lower bound of the gain) or none of it
+# (0.0: the upper bound), and vectorized torch kernels over a batch can cost a fraction of numpy's
+# per-sample calls. Both bounds are priced and the estimate is their geometric mean: with the truth
+# anywhere between them it is never further from it than the square root of their ratio, the
+# smallest worst case any single number gives. (Free alone read 1.72x against 1.16x measured on a
+# numpy augmentation moved to the batch; the full CPU alone named nothing where the fix measured
+# 1.18x; docs/benchmarks.md.)
+BATCH_TRANSFORM_CPU_SHARES = (1.0, 0.0)
 # Stages that are not per-sample transforms: reading/decoding a sample and collating the batch
 # cannot move to a batch-level op.
 NOT_BATCHABLE_STAGES = frozenset({"load", "collate"})
@@ -124,26 +130,29 @@ def thread_oversubscription(inp: DoctorInput) -> Finding | None:
     )
 
 
-def _contention_fixes(model: StepInputs, top_share: float | None, inline: bool = False) -> dict[str, StepInputs]:
-    """The candidate splits of the cores, each as changed model inputs."""
-    out: dict[str, StepInputs] = {}
+def _contention_fixes(model: StepInputs, top_share: float | None,
+                      inline: bool = False) -> dict[str, tuple[StepInputs, ...]]:
+    """The candidate splits of the cores, each as changed model inputs (a batch-level transform as
+    its two bounds, :data:`BATCH_TRANSFORM_CPU_SHARES`)."""
+    out: dict[str, tuple[StepInputs, ...]] = {}
     threads = int(round(model.compute_threads))
     if threads > 1:
-        out[f"intra-op threads {threads} -> {threads - 1}"] = model.changed(compute_threads=float(threads - 1))
+        out[f"intra-op threads {threads} -> {threads - 1}"] = (model.changed(compute_threads=float(threads - 1)),)
     if model.workers > 1:
         # Fewest workers whose output still keeps up with the compute (the model's producer time).
         for w in range(1, model.workers):
             fewer = model.changed(workers=w)
             st = step_time(fewer)
             if st.bound == "compute":
-                out[f"loader workers {model.workers} -> {w}"] = fewer
+                out[f"loader workers {model.workers} -> {w}"] = (fewer,)
                 break
     if top_share is not None and top_share > 0:
         moved = model.load_cpu_s * top_share
         name = "the per-sample work in __getitem__ as a batch-level transform" if inline \
             else "the top loading stage as a batch-level transform"
-        out[name] = model.changed(load_cpu_s=model.load_cpu_s - moved,
-                                  moved_compute_cpu_s=model.moved_compute_cpu_s + moved * BATCH_TRANSFORM_CPU_SHARE)
+        out[name] = tuple(model.changed(load_cpu_s=model.load_cpu_s - moved,
+                                        moved_compute_cpu_s=model.moved_compute_cpu_s + moved * share)
+                          for share in BATCH_TRANSFORM_CPU_SHARES)
     return out
 
 
@@ -169,12 +178,13 @@ def cpu_contention(inp: DoctorInput) -> Finding | None:
     if not fixes:
         return None
     t = summary.step_time_mean_s
-    priced = {name: estimate(model, after, t) for name, after in fixes.items()}
+    bounds = {name: [estimate(model, after, t) for after in afters] for name, afters in fixes.items()}
+    priced = {name: math.prod(b) ** (1.0 / len(b)) for name, b in bounds.items()}
     best = max(priced, key=lambda name: priced[name])
     est = priced[best]
     if est < REPORT_MIN_SPEEDUP:
         return None
-    after = fixes[best]
+    after = fixes[best][0]
     changed = {k: [getattr(model, k), getattr(after, k)]
                for k in ("compute_threads", "workers", "load_cpu_s", "moved_compute_cpu_s")
                if getattr(model, k) != getattr(after, k)}
@@ -213,6 +223,7 @@ def cpu_contention(inp: DoctorInput) -> Finding | None:
             "main_process_cores": load.main_cores,
             "workers_cores": load.workers_cores,
             "fixes_priced": priced,
+            "fix_bounds": {name: b for name, b in bounds.items() if len(b) > 1},
             "model_inputs_changed": changed,
         },
         "\n".join(lines),
