@@ -96,3 +96,33 @@ def test_a_stalled_fetch_of_a_main_process_loader_is_not_its_loading_cost():
     # Without the stall the loader keeps every wait and its whole per-sample cost.
     steady = record(0.9)
     assert main_process_wait_stalls(steady) == {} and main_loading_kept_share(steady) == 1.0
+
+
+def test_data_cpu_bound_prices_workers_between_the_thread_factors_bounds():
+    import math
+
+    from synth_records import run_rule
+
+    from stave.analyze.breakdown import summarize_steps
+    from stave.analyze.step_inputs import step_inputs
+    from stave.analyze.step_model import estimate
+
+    # 20 ms of main-process loading per 24.5 ms step, the process burning 1.8 cores in the waits:
+    # a worker's one thread may cost up to 1.55x the loading's clock. Each worker count is priced at
+    # that bound and at 1, the finding at the geometric mean of the two for the fastest count.
+    rec = _main_process_record(1.8, 0.005)
+    model = step_inputs(rec, summarize_steps(rec.counted_steps()))
+    assert model is not None and model.load_thread_factor == pytest.approx(1.55, rel=0.02)
+    f = run_rule("DATA_CPU_BOUND", rec)
+    assert f is not None
+    priced = f.evidence["workers_priced"]
+    assert set(priced) == {"1", "2"} and all(len(b) == 2 and b[0] <= b[1] for b in priced.values())
+    best = str(f.evidence["suggested_workers"])
+    assert f.est_speedup == pytest.approx(math.sqrt(priced[best][0] * priced[best][1]), abs=2e-3)
+    assert f.est_speedup == pytest.approx(max(math.sqrt(a * b) for a, b in priced.values()), abs=2e-3)
+    step_s = summarize_steps(rec.counted_steps()).step_time_mean_s
+    upper = estimate(model, model.changed(workers=int(best), load_thread_factor=1.0), step_s)
+    assert priced[best][1] == pytest.approx(upper, abs=1e-3)
+    # Without the factor (no spin probe) each count is one price.
+    g = run_rule("DATA_CPU_BOUND", _main_process_record(1.8, None))
+    assert g is not None and all(len(b) == 1 for b in g.evidence["workers_priced"].values())

@@ -239,6 +239,7 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
     model = step_inputs(inp.record, inp.summary)
     if model is None:
         return None
+    priced: dict[int, float] | None = None
     if _per_item_bound(lb):
         # Whole batches by one index: the per-item fetch and collate go. A worker still ships each
         # batch through a fresh shared-memory block (the delivery probe's worker time beyond the
@@ -255,14 +256,36 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
                else "with whole-batch indexing, if the loading then cost nothing (an upper bound)")
     elif workers > lb.workers:
         # Workers run alongside the compute threads: the model prices the cores they then share
-        # (no gain where the compute already keeps every core busy).
-        after = model.changed(workers=workers, load_extra_s=0.0 if model.workers == 0 else model.load_extra_s)
+        # (no gain where the compute already keeps every core busy). Each count up to the one that
+        # keeps up is priced and the fastest named: on two cores beside two compute threads, one
+        # worker can win where two only take the compute's cores (the model's fair share decides).
+        #
+        # From the main process, a worker's one thread also does what the trainer's pool did for the
+        # loading's torch ops: `load_thread_factor`, an upper bound (it counts the pool's spin between
+        # those ops as work). Each count is priced at that bound and at 1 (the loading's own clock)
+        # and named at their geometric mean, the minimax choice between bounds (the same rule as
+        # CPU_CONTENTION's batch-level split): the upper bound alone named nothing on cpu_transforms,
+        # 84 % of its step waiting, where two workers measured 1.2x (and 0.8-0.9x on other runs).
+        extra = 0.0 if model.workers == 0 else model.load_extra_s
+        counts = {w: model.changed(workers=w, load_extra_s=extra) for w in range(lb.workers + 1, workers + 1)}
+        bounds = {w: [estimate(model, after, lb.step_s)] for w, after in counts.items()}
+        if model.load_thread_factor > 1.0:
+            for w, after in counts.items():
+                bounds[w].append(estimate(model, after.changed(load_thread_factor=1.0), lb.step_s))
+            evidence["load_thread_factor"] = model.load_thread_factor
+        priced = {w: math.prod(b) ** (1.0 / len(b)) for w, b in bounds.items()}
+        workers = max(priced, key=lambda w: (priced[w], -w))
+        after = counts[workers]
+        evidence["workers_priced"] = {str(w): bounds[w] for w in priced}
         evidence["suggested_workers"] = workers
         fix = (
             f"# Load in {workers} worker processes (this machine has {lb.cores} usable cores), alongside the compute.\n"
             f"{dataloader_call(pipe.loader, num_workers=workers, persistent_workers=True)}\n{stage_line}"
         )
         how = f"with {workers} workers"
+        if model.load_thread_factor > 1.0:
+            how += (f" (the geometric mean of the worker's thread doing the pool's share of the loading's "
+                    f"torch ops, {model.load_thread_factor:.2f}x its clock, and not)")
     elif top is not None:
         # No core left for another worker: only cheaper loading helps. Where the loading's threads
         # already take cores from the compute, that is CPU_CONTENTION's cause and fix (cheaper or
@@ -279,7 +302,7 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
                                         for k in ("workers", "load_cpu_s", "load_blocked_s", "load_extra_s")
                                         if getattr(model, k) != getattr(after, k)}
     evidence["compute_threads"] = model.compute_threads
-    est = estimate(model, after, lb.step_s)
+    est = priced[workers] if priced is not None else estimate(model, after, lb.step_s)
     bound = f"with the compute's {model.compute_threads:.1f} busy threads on {lb.cores} usable cores"
     if est < REPORT_MIN_SPEEDUP and model.other_cores > 0:
         # Other processes held cores while this ran, so the fix cannot pay off now; the wait is still
