@@ -191,7 +191,15 @@ def compute_threads(load: MachineLoad) -> float:
     return max(1.0, min(configured, load.compute_threads_busy))
 
 
-def oversubscription_penalty(record: RunRecord, summary: StepSummary, serial_s: float) -> float:
+# Other processes must hold this many cores' worth of the job's usable cores for the machine to count
+# as busy: a quarter of a core is the background of any machine (the monitor, the shell, kernel
+# threads); beyond it another job's work is running on the cores the measurement assumed were the
+# job's (MACHINE_BUSY's threshold).
+MACHINE_BUSY_MIN_CORES = 0.25
+
+
+def oversubscription_penalty(record: RunRecord, summary: StepSummary, serial_s: float,
+                             outside_cores: float | None = None) -> float:
     """The parallel compute's time at the script's thread count over at one thread per core.
 
     The thread probe timed the step's GEMMs and the elementwise ops on their outputs both ways. The
@@ -215,6 +223,14 @@ def oversubscription_penalty(record: RunRecord, summary: StepSummary, serial_s: 
     if gemm_ratio is None:
         return 1.0
     elem_ratio = record.probes.threads_elementwise_speedup
+    if outside_cores is not None and outside_cores < MACHINE_BUSY_MIN_CORES:
+        # On cores no other process uses, threads beyond the cores cannot do the same work faster
+        # than one thread per core: the cores are the limit, extra threads add only switches and
+        # barrier waits. A ratio below 1 there is the probe disturbed (the elementwise half read
+        # 0.18, 2.4 and 0.78 on the same script in three runs on a quiet 2-core VM). Beside a busy
+        # process it can be real: more threads win a larger share of the machine.
+        gemm_ratio = max(1.0, gemm_ratio)
+        elem_ratio = max(1.0, elem_ratio) if elem_ratio is not None else None
     rate = record.probes.matmul_flops_per_s or record.probes.fp32_matmul_flops_per_s
     parallel = max(0.0, sum(summary.phase_s(p) for p in COMPUTE_PHASES) - serial_s)
     if elem_ratio is None or not rate or parallel <= 0 or gemm_ratio <= 0 or elem_ratio <= 0:
@@ -335,7 +351,7 @@ def step_inputs(record: RunRecord, summary: StepSummary, host: HostSummary | Non
         load_queue_measured=queue_measured,
         pin_cpu_s=pin,
         other_cores=load.other_cores or 0.0,
-        oversubscription_penalty=oversubscription_penalty(record, summary, serial),
+        oversubscription_penalty=oversubscription_penalty(record, summary, serial, load.outside_job_cores),
         contention_factor=contention_factor(record.probes.neighbour_stretch, *probe_threads_cores),
         transfer_cpu_s=transfer,
         receive_s=receive,

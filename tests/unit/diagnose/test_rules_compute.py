@@ -711,3 +711,25 @@ def test_float64_batches_from_workers_save_the_first_touch_of_their_pages():
                           workers=[worker(-1, STEPS * BATCH, 1500.0, 1300.0)])
     h = run_rule("BATCH_DTYPE", main)
     assert h is None or h.evidence["first_touch_saved_s_per_step"] == 0.0
+
+
+def test_on_a_quiet_machine_extra_threads_are_never_priced_faster():
+    from stave.analyze.breakdown import summarize_steps
+    from stave.analyze.step_inputs import MACHINE_BUSY_MIN_CORES, oversubscription_penalty
+
+    # The elementwise half read 0.2 (the oversized pool 5x faster): on cores no other process uses
+    # that is the probe disturbed, and it counts as no gain (1.0), not as a loss of the fix.
+    rec = healthy_record(config=healthy_config(torch_threads=8, flops_by_phase={"forward": 1.6e9, "backward": 3.2e9}),
+                         probes=probes(threads_speedup=1.2, threads_elementwise_speedup=0.2,
+                                       fp32_matmul_flops_per_s=1e11))
+    summary = summarize_steps(rec.steps)
+    parallel = sum(summary.phase_s(p) for p in ("h2d", "forward", "backward", "optimizer", "other")) - 2.25e-3
+    gemm = 0.048
+    quiet = oversubscription_penalty(rec, summary, 2.25e-3, 0.0)
+    assert quiet == pytest.approx(parallel / (gemm / 1.2 + (parallel - gemm) / 1.0), rel=1e-3)
+    # Beside another busy process more threads can win a larger share of the cores: kept as read.
+    busy = oversubscription_penalty(rec, summary, 2.25e-3, MACHINE_BUSY_MIN_CORES * 4)
+    assert busy == pytest.approx(parallel / (gemm / 1.2 + (parallel - gemm) / 0.2), rel=1e-3)
+    assert busy < 1.0 < quiet
+    # Unknown other load: as read (no claim about the machine is made).
+    assert oversubscription_penalty(rec, summary, 2.25e-3) == pytest.approx(busy)

@@ -10,17 +10,13 @@ processes' cores given back: what the job would gain on a quiet machine.
 
 from __future__ import annotations
 
-from stave.analyze.step_inputs import MachineLoad, machine_load, step_inputs
+from stave.analyze.step_inputs import MACHINE_BUSY_MIN_CORES, MachineLoad, machine_load, step_inputs
 from stave.analyze.step_model import estimate
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
 from stave.diagnose.rules._helpers import make_finding
 
-# Other processes must hold this many cores' worth of the job's usable cores: a quarter of a core
-# is the background of any machine (the monitor, the shell, kernel threads); beyond it another
-# job's work is running on the cores the measurement assumed were the job's.
-MACHINE_BUSY_MIN_CORES = 0.25
 
 
 def machine_is_busy(load: MachineLoad) -> bool:
