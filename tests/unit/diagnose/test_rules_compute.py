@@ -47,26 +47,31 @@ def test_threads_fires_with_probe_ratio_applied_to_compute():
     assert f.evidence["model_inputs_changed"]["compute_threads"] == [8, 2]
 
 
-def test_threads_penalty_weighs_gemms_and_elementwise_ops_by_their_time():
+def _penalty_case(elementwise: float):
+    """8 threads on 2 cores: 98.8 ms of compute (less 2.25 ms serial), 4.8e9 FLOPs at 1e11 FLOP/s
+    (48 ms of GEMMs), GEMMs 1.2x faster at the cores' thread count, the elementwise ops as given.
+    Returns (record, summary, parallel seconds, GEMM seconds)."""
     from stave.analyze.breakdown import summarize_steps
-    from stave.analyze.step_inputs import oversubscription_penalty
 
-    # 98.8 ms of compute (less 2.25 ms serial); 4.8e9 FLOPs at 1e11 FLOP/s is 48 ms of GEMMs, the
-    # rest (48.55 ms) elementwise. GEMMs 1.2x faster at the cores' thread count, elementwise 4x.
     rec = healthy_record(config=healthy_config(torch_threads=8, flops_by_phase={"forward": 1.6e9, "backward": 3.2e9}),
-                         probes=probes(threads_speedup=1.2, threads_elementwise_speedup=4.0,
+                         probes=probes(threads_speedup=1.2, threads_elementwise_speedup=elementwise,
                                        fp32_matmul_flops_per_s=1e11))
     summary = summarize_steps(rec.steps)
     parallel = sum(summary.phase_s(p) for p in ("h2d", "forward", "backward", "optimizer", "other")) - 2.25e-3
-    gemm = 0.048
+    return rec, summary, parallel, 0.048
+
+
+def test_threads_penalty_weighs_gemms_and_elementwise_ops_by_their_time():
+    from stave.analyze.step_inputs import oversubscription_penalty
+
+    # The rest of the compute (48.55 ms) is elementwise, 4x faster at the cores' thread count.
+    rec, summary, parallel, gemm = _penalty_case(4.0)
     expected = parallel / (gemm / 1.2 + (parallel - gemm) / 4.0)
     assert oversubscription_penalty(rec, summary, 2.25e-3) == pytest.approx(expected, rel=1e-3)
     # Without the elementwise half (an older record), the GEMMs' ratio stands for all.
     rec.probes = probes(threads_speedup=1.2)
     assert oversubscription_penalty(rec, summary, 2.25e-3) == pytest.approx(1.2)
-    f = run_rule("THREAD_OVERSUBSCRIPTION", healthy_record(
-        config=healthy_config(torch_threads=8, flops_by_phase={"forward": 1.6e9, "backward": 3.2e9}),
-        probes=probes(threads_speedup=1.2, threads_elementwise_speedup=4.0, fp32_matmul_flops_per_s=1e11)))
+    f = run_rule("THREAD_OVERSUBSCRIPTION", _penalty_case(4.0)[0])
     assert f.evidence["compute_penalty"] == pytest.approx(expected, rel=1e-3) and f.est_speedup > 1.4
 
 
@@ -714,17 +719,11 @@ def test_float64_batches_from_workers_save_the_first_touch_of_their_pages():
 
 
 def test_on_a_quiet_machine_extra_threads_are_never_priced_faster():
-    from stave.analyze.breakdown import summarize_steps
     from stave.analyze.step_inputs import MACHINE_BUSY_MIN_CORES, oversubscription_penalty
 
     # The elementwise half read 0.2 (the oversized pool 5x faster): on cores no other process uses
     # that is the probe disturbed, and it counts as no gain (1.0), not as a loss of the fix.
-    rec = healthy_record(config=healthy_config(torch_threads=8, flops_by_phase={"forward": 1.6e9, "backward": 3.2e9}),
-                         probes=probes(threads_speedup=1.2, threads_elementwise_speedup=0.2,
-                                       fp32_matmul_flops_per_s=1e11))
-    summary = summarize_steps(rec.steps)
-    parallel = sum(summary.phase_s(p) for p in ("h2d", "forward", "backward", "optimizer", "other")) - 2.25e-3
-    gemm = 0.048
+    rec, summary, parallel, gemm = _penalty_case(0.2)
     quiet = oversubscription_penalty(rec, summary, 2.25e-3, 0.0)
     assert quiet == pytest.approx(parallel / (gemm / 1.2 + (parallel - gemm) / 1.0), rel=1e-3)
     # Beside another busy process more threads can win a larger share of the cores: kept as read.
