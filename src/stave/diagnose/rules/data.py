@@ -11,6 +11,7 @@ needs more CPU than it gets, DATA_CPU_BOUND, with the most expensive stage named
 from __future__ import annotations
 
 import math
+import statistics
 
 from stave.analyze.host import HostSummary, summarize_host
 from stave.analyze.loading import LoadingBound, loading_bound
@@ -273,7 +274,7 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
             for w, after in counts.items():
                 bounds[w].append(estimate(model, after.changed(load_thread_factor=1.0), lb.step_s))
             evidence["load_thread_factor"] = model.load_thread_factor
-        priced = {w: math.prod(b) ** (1.0 / len(b)) for w, b in bounds.items()}
+        priced = {w: statistics.geometric_mean(b) for w, b in bounds.items()}
         workers = max(priced, key=lambda w: (priced[w], -w))
         after = counts[workers]
         evidence["workers_priced"] = {str(w): bounds[w] for w in priced}

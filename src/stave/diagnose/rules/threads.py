@@ -12,7 +12,7 @@ of its inputs and the estimate is the model's step before over after.
 
 from __future__ import annotations
 
-import math
+import statistics
 
 from stave.analyze.host import summarize_host
 from stave.analyze.pipeline import PipelineSummary, summarize_pipeline
@@ -179,7 +179,7 @@ def cpu_contention(inp: DoctorInput) -> Finding | None:
         return None
     t = summary.step_time_mean_s
     bounds = {name: [estimate(model, after, t) for after in afters] for name, afters in fixes.items()}
-    priced = {name: math.prod(b) ** (1.0 / len(b)) for name, b in bounds.items()}
+    priced = {name: statistics.geometric_mean(b) for name, b in bounds.items()}
     best = max(priced, key=lambda name: priced[name])
     est = priced[best]
     if est < REPORT_MIN_SPEEDUP:
