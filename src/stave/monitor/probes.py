@@ -189,6 +189,17 @@ def _interleaved_ratio(
     )
 
 
+def _steadier(first: RatioResult | None, again: Callable[[], RatioResult | None]) -> tuple[RatioResult | None, bool]:
+    """``first``, or where its pairs spread past :data:`PROBE_SPREAD_MAX` (other load moved the machine
+    under it) the steadier of it and one more timing (``again()``); and whether the second spread too
+    (or did not fit): a result then kept is marked, never silently trusted."""
+    if first is None or first.spread <= PROBE_SPREAD_MAX:
+        return first, False
+    second = again()
+    best = second if second is not None and second.spread < first.spread else first
+    return best, second is None or second.spread > PROBE_SPREAD_MAX
+
+
 def _matmul(size: int, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> Callable[[], object]:
     a = torch.rand((size, size), generator=gen, device=device, dtype=torch.float32).to(dtype)
     b = torch.rand((size, size), generator=gen, device=device, dtype=torch.float32).to(dtype)
@@ -384,13 +395,9 @@ def _own_shapes_probe(work: list[ProductWork], device: torch.device, deadline: f
         def make(_size: float, item: ProductWork = item) -> Pair:
             return item.make(high, 1.0), item.make(low, 1.0)
 
-        result = _interleaved_ratio((1,), make, device, slice_end)
-        if result is not None and result.spread > PROBE_SPREAD_MAX:
-            again = _interleaved_ratio((1,), make, device, time.perf_counter() + slice_s)
-            if again is not None and again.spread <= PROBE_SPREAD_MAX:
-                result = again
-            else:
-                disturbed = True
+        result, moved = _steadier(_interleaved_ratio((1,), make, device, slice_end),
+                                  lambda make=make: _interleaved_ratio((1,), make, device, time.perf_counter() + slice_s))
+        disturbed = disturbed or moved
         if result is None:
             continue
         t_high += item.count * result.a_s
@@ -464,13 +471,10 @@ def _batch_scale_probe(shapes: list[list[int]], batch_rows: set[int], device: to
         def make(_size: int, dims: list[int] = dims, big: list[int] | None = big) -> Pair:
             return _gemm(dims, dtype, device, gen), _gemm(big or dims, dtype, device, gen)
 
-        result = _interleaved_ratio((1,), make, device, time.perf_counter() + slice_s)
-        if result is not None and result.spread > PROBE_SPREAD_MAX:
-            again = _interleaved_ratio((1,), make, device, time.perf_counter() + slice_s)
-            # Spread twice: other load moved the machine under it. Its median is kept and marked (a
-            # busy machine is when SMALL_BATCH must still be named), never silently trusted.
-            disturbed = disturbed or again is None or again.spread > PROBE_SPREAD_MAX
-            result = again if again is not None and again.spread < result.spread else result
+        # Spread twice: its median is kept and marked (a busy machine is when SMALL_BATCH must still be named).
+        result, moved = _steadier(_interleaved_ratio((1,), make, device, time.perf_counter() + slice_s),
+                                  lambda make=make: _interleaved_ratio((1,), make, device, time.perf_counter() + slice_s))
+        disturbed = disturbed or moved
         if result is None:
             continue
         b, m, n, k, step_flops = (int(v) for v in dims[:5])
@@ -555,11 +559,10 @@ def _weighted_ratio(work: list[tuple[float, Callable[[float], Callable[[], objec
                                       smallest_first=len(cuts) > 1)
 
         result = attempt(slice_end - slice_s / 2)
-        if result is None or result.spread > PROBE_SPREAD_MAX:
-            again = attempt(slice_end)
-            if again is not None and (result is None or again.spread < result.spread):
-                result = again
-            log.debug("threads probe item %d repeated: spread %s", i, None if result is None else round(result.spread, 3))
+        if result is None:
+            result = attempt(slice_end)  # not fitting half the slice (an oversized pool's slow call): the whole
+        else:
+            result, _ = _steadier(result, lambda: attempt(slice_end))
         if result is not None:
             many += count / result.size * result.a_s
             few += count / result.size * result.b_s
