@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,16 @@ def run_doctor(case: PlantedCase, repo_root: Path, tmp_path: Path, python_exe: s
     return json.loads(out.read_text(encoding="utf-8"))
 
 
-@pytest.mark.parametrize("case", [c for c in PLANTED if c.finding is not None], ids=lambda c: c.name)
+def _fast_subset() -> set[str]:
+    """Scripts the scenario matrix's CI subset already runs under the doctor (test_scenarios_fast)."""
+    data = tomllib.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "scenarios" / "matrix.toml")
+                         .read_text(encoding="utf-8"))
+    return {s["name"] for s in data["scenario"] if s.get("fast")}
+
+
+# A script the CI subset runs is not run here again (the same doctor run, the same assertion).
+@pytest.mark.parametrize("case", [c for c in PLANTED if c.finding is not None and c.name not in _fast_subset()],
+                         ids=lambda c: c.name)
 def test_planted_bottleneck_is_the_top_finding(case, repo_root, tmp_path, python_exe, stave_env):
     report = run_doctor(case, repo_root, tmp_path, python_exe, stave_env)
     # Beside other busy processes the doctor says so first; the job's own top finding comes next.

@@ -22,14 +22,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PLANTED = ROOT / "tests" / "planted"
 
-# Known misses of the doctor on this subset (issues 14/15 stay open for them), measured on a quiet
-# 2-core AVX2 EPYC with torch's default threads. Each is a real gap, listed so CI stays green while
-# the rest of the subset guards what works; a fixed rule turns its row into an XPASS.
-KNOWN_MISSES = {
-    "contention_pil_workers": "on a 2-core EPYC fewer workers or threads measured 0.6-0.7x; the split that helps, "
-                              "the blur and jitter on the batch (1.23x measured), is priced near the 1.05x bar "
-                              "(1.08x): named in most short runs (an XPASS), not in all",
-}
 MIN_SCENARIOS = 40
 MIN_ROWS_PER_MECHANISM = 3
 
@@ -193,8 +185,6 @@ def _fast_cases():
         missing = driver.missing_modules(s)
         if missing:
             marks.append(pytest.mark.skip(reason=f"{', '.join(missing)} not installed"))
-        if s.name in KNOWN_MISSES:
-            marks.append(pytest.mark.xfail(strict=False, reason=KNOWN_MISSES[s.name]))
         yield pytest.param(s, id=s.name, marks=marks)
 
 

@@ -645,6 +645,12 @@ class _Spinner:
         self.proc.wait()
 
 
+# Shares of a product's call the neighbour probe falls back to when the full call does not fit its
+# slice. A call cut shorter than a scheduler time slice (a few ms) can lose a whole slice at its
+# barrier, which the step's full call spreads over its arithmetic: the cuts stop at a quarter.
+NEIGHBOUR_PROBE_CUTS = (1.0, 0.5, 0.25)
+
+
 def _neighbour_probe(torch_threads: int, gen: torch.Generator, deadline: float,
                      work: list[ProductWork] | None = None,
                      dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
@@ -674,8 +680,14 @@ def _neighbour_probe(torch_threads: int, gen: torch.Generator, deadline: float,
         # pairs spread more than a quiet GEMM's, so the median is kept whatever the spread.
         if work:
             own_end = time.perf_counter() + OWN_SHAPES_SHARE * max(0.0, deadline - time.perf_counter())
+            # A product whose full call does not fit its slice is timed on a share of its rows
+            # (NEIGHBOUR_PROBE_CUTS): a shorter call pays its barrier waits against less arithmetic,
+            # so the ratio leans high, where none fitting at all left fair sharing: a 2 s budget
+            # beside 0.57 s steps fitted none of MobileNet's products at batch 32 (15-37 ms a call),
+            # and one loader worker was priced at 1.11-1.16x beside the 2-thread compute where it
+            # measured 0.97x.
             ratio = _weighted_ratio([(w.count, lambda share, w=w: w.make(dtype, share)) for w in work], own_end,
-                                    spinner.run, spinner.pause)
+                                    spinner.run, spinner.pause, NEIGHBOUR_PROBE_CUTS)
             if ratio is not None:
                 return ratio, "own_shapes"
 

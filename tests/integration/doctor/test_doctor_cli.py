@@ -46,7 +46,7 @@ def test_losses_bitwise_equal_and_json_valid(train_script: Path, tmp_path: Path,
 def test_steps_stops_cleanly_and_leaves_no_worker(train_script: Path, tmp_path: Path, stave_env: dict[str, str], run_stave) -> None:
     pids = tmp_path / "pids"
     pids.mkdir()
-    proc = run_stave(["doctor", "--quiet", "--json", str(tmp_path / "r.json"), "--steps", "8",
+    proc = run_stave(["doctor", "--quiet", "--no-probes", "--json", str(tmp_path / "r.json"), "--steps", "8",
                       str(train_script), "--steps", "1000", "--workers", "2", "--pids", str(pids)], stave_env)
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "r.json").read_text())
@@ -68,8 +68,8 @@ def _alive(pid: int) -> bool:
 
 def test_script_error_keeps_report_and_exit_code(train_script: Path, tmp_path: Path, stave_env: dict[str, str], run_stave) -> None:
     out = tmp_path / "r.json"
-    proc = run_stave(["doctor", "--json", str(out), "--fail-on", "info", str(train_script), "--steps", "20",
-                      "--raise-at", "9"], stave_env)
+    proc = run_stave(["doctor", "--no-probes", "--json", str(out), "--fail-on", "info", str(train_script),
+                      "--steps", "20", "--raise-at", "9"], stave_env)
     assert proc.returncode == 1
     assert "RuntimeError: planted failure at step 9" in proc.stderr
     assert "stave/capture" not in proc.stderr  # the user's traceback, not ours
@@ -79,7 +79,8 @@ def test_script_error_keeps_report_and_exit_code(train_script: Path, tmp_path: P
 
 
 def test_script_exit_code_wins(train_script: Path, tmp_path: Path, stave_env: dict[str, str], run_stave) -> None:
-    proc = run_stave(["doctor", "--quiet", str(train_script), "--steps", "8", "--exit-code", "3"], stave_env)
+    proc = run_stave(["doctor", "--quiet", "--no-probes", str(train_script), "--steps", "8", "--exit-code", "3"],
+                     stave_env)
     assert proc.returncode == 3
 
 
@@ -141,7 +142,7 @@ def test_no_optimizer_step_says_so(tmp_path: Path, stave_env: dict[str, str], ru
     script = tmp_path / "infer.py"
     script.write_text("import torch\nm = torch.nn.Linear(4, 4)\nfor _ in range(5):\n    m(torch.ones(2, 4))\n")
     out = tmp_path / "r.json"
-    proc = run_stave(["doctor", "--json", str(out), str(script)], stave_env)
+    proc = run_stave(["doctor", "--no-probes", "--json", str(out), str(script)], stave_env)
     assert proc.returncode == 0, proc.stderr
     assert "optimizer.step()" in proc.stdout + proc.stderr
     assert json.loads(out.read_text())["summary"]["steps"] == 0
@@ -153,7 +154,8 @@ def test_module_mode(tmp_path: Path, stave_env: dict[str, str], train_script: Pa
     (pkg / "__init__.py").write_text("")
     (pkg / "__main__.py").write_text(train_script.read_text())
     env = dict(stave_env, PYTHONPATH=str(tmp_path) + os.pathsep + stave_env["PYTHONPATH"])
-    proc = run_stave(["doctor", "--quiet", "--json", str(tmp_path / "r.json"), "-m", "pkg_train", "--steps", "8"], env)
+    proc = run_stave(["doctor", "--quiet", "--no-probes", "--json", str(tmp_path / "r.json"), "-m", "pkg_train",
+                      "--steps", "8"], env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "r.json").read_text())["summary"]["steps"] >= 1
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -186,3 +188,33 @@ def test_a_forked_child_reads_its_own_counters() -> None:
     # counter read itself), not the parent thread's hundreds of import reads.
     assert 50 <= child_reads < 60 < parent_before["syscr"]
     assert parent_after["syscr"] - parent_before["syscr"] < 50
+
+
+def test_torchvision_is_patched_only_once_the_script_imports_it() -> None:
+    # A fresh interpreter: installing must not import torchvision (2.7 s of every doctor run and of
+    # every spawned worker's start); the first fetch after the script imports it times Compose.
+    code = (
+        "import sys\n"
+        "from stave.capture import loader_stats\n"
+        "from stave.capture.loader_stats import LoaderStats\n"
+        "loader_stats.install()\n"
+        "assert 'torchvision' not in sys.modules, 'install imported torchvision'\n"
+        "stats = LoaderStats(-1, 0, None)\n"
+        "loader_stats.set_current(stats)\n"
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "from torchvision import transforms\n"
+        "t = transforms.Compose([transforms.Lambda(lambda i: torch.full((2,), float(i)))])\n"
+        "class DS(torch.utils.data.Dataset):\n"
+        "    def __len__(self): return 4\n"
+        "    def __getitem__(self, i): return t(i)\n"
+        "batches = list(DataLoader(DS(), batch_size=2))\n"
+        "assert [b[:, 0].tolist() for b in batches] == [[0.0, 1.0], [2.0, 3.0]]\n"
+        "assert 'Lambda' in {s.name for s in stats.stages.values()}, stats.stages\n"
+        "loader_stats.uninstall()\n"
+        "assert transforms.Compose.__call__.__name__ == '__call__'\n"
+    )
+    src = str(Path(__file__).resolve().parents[3] / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]

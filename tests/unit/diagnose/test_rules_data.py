@@ -379,3 +379,14 @@ def test_loading_bound_keeps_the_data_wait_of_a_stalled_step():
     stalled = sum(1 for s in counted if s.index % 6 == 1)
     mean = sum(s.duration_ns for s in counted) / 1e9 / len(counted)
     assert bound.step_s == pytest.approx(mean - stalled * 0.038 / len(counted), rel=0.02)
+
+
+def test_the_datasets_own_getitem_gets_advice_for_images_and_for_arrays():
+    # 'load' is whatever __getitem__ does outside its transforms: an image decode or per-sample
+    # array math (a tabular dataset normalizing float64 rows), which its timing cannot tell apart.
+    from stave.analyze.pipeline import StageCost
+
+    advice = data._stage_advice(StageCost("load", 1e-3, 1e-3, 0.8))
+    assert "decodes images" in advice and "ImageLoader" in advice
+    assert "whole batch" in advice and "per sample" in advice
+    assert "GaussianBlur" in data._stage_advice(StageCost("GaussianBlur", 1e-3, 1e-3, 0.6))

@@ -484,3 +484,19 @@ def test_weighted_ratio_with_require_all_gives_nothing_when_one_item_does_not_fi
     noop = lambda: None  # noqa: E731
     assert probes._weighted_ratio([fast, never], time.perf_counter() + 0.05, noop, noop) is not None
     assert probes._weighted_ratio([fast, never], time.perf_counter() + 0.05, noop, noop, require_all=True) is None
+
+
+def test_neighbour_probe_times_a_share_of_a_call_too_slow_for_its_slice() -> None:
+    # A product whose full call does not fit the slice (12 calls of 60 ms in 0.75 s) is timed on a
+    # share of its rows rather than left out: with none fitting, the model fell back to fair sharing.
+    shares: list[float] = []
+
+    def make(_dtype: torch.dtype, share: float):
+        shares.append(share)
+        return lambda: time.sleep(0.06 * share)
+
+    work = [probes.ProductWork(make, count=4.0, flops_per_step=1e9, label=[1, 64, 64, 64])]
+    got = probes._neighbour_probe(2, torch.Generator().manual_seed(0), time.perf_counter() + 1.0, work)
+    assert got is not None and got[1] == "own_shapes"
+    assert got[0] == pytest.approx(1.0, abs=0.5)  # a sleep does not compete for a core
+    assert min(shares) == min(probes.NEIGHBOUR_PROBE_CUTS) and max(shares) < 1.0

@@ -167,8 +167,13 @@ def data_io_bound(inp: DoctorInput) -> Finding | None:
 
 # What to do about the most expensive stage, by the kind of work it is.
 _STAGE_ADVICE = {
-    "load": "reading and decoding: stave.data.ImageLoader decodes with libjpeg-turbo, at reduced "
-    "DCT scale when the crop allows",
+    # 'load' is the Dataset's own __getitem__ outside its transforms: reading and decoding for an
+    # image folder, per-sample array math for a tabular or signal dataset (no way to tell them apart
+    # from its timing), so the advice names both.
+    "load": "the Dataset's own __getitem__ outside its transforms: if it decodes images, "
+    "stave.data.ImageLoader decodes with libjpeg-turbo, at reduced DCT scale when the crop allows; if it "
+    "computes per sample (normalizing, casting, augmenting arrays), do that once on the whole batch "
+    "after the DataLoader, or once before training",
     "Resize": "resizing: pack downscaled images once (stave pack --max-side 256) instead of "
     "resizing every epoch",
     "RandomResizedCrop": "crop and resize: stave.data.ImageLoader picks the crop before decoding "
