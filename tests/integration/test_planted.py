@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
 
 from benchmarks.doctor_estimates import PLANTED, PlantedCase
+from benchmarks.scenarios import load_matrix
 from stave.device import cpu_flags, cpu_has_native_bf16
 from stave.diagnose.finding import MACHINE_IDS, severity_for_speedup
 
@@ -59,9 +59,7 @@ def run_doctor(case: PlantedCase, repo_root: Path, tmp_path: Path, python_exe: s
 
 def _fast_subset() -> set[str]:
     """Scripts the scenario matrix's CI subset already runs under the doctor (test_scenarios_fast)."""
-    data = tomllib.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "scenarios" / "matrix.toml")
-                         .read_text(encoding="utf-8"))
-    return {s["name"] for s in data["scenario"] if s.get("fast")}
+    return {s.name for s in load_matrix() if s.fast}
 
 
 # A script the CI subset runs is not run here again (the same doctor run, the same assertion).

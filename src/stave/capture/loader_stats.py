@@ -424,6 +424,13 @@ def install() -> None:
     patch_loaded_transforms()
 
 
+# torchvision's Compose classes: (key in _ORIGINALS, module, method, its timed replacement).
+_COMPOSE_PATCHES = (
+    ("compose", "torchvision.transforms", "__call__", timed_compose_call),
+    ("compose_v2", "torchvision.transforms.v2", "forward", timed_compose_v2_forward),
+)
+
+
 def patch_loaded_transforms() -> None:
     """Time torchvision's ``Compose`` (v1 and v2) once the script itself has imported it.
 
@@ -432,18 +439,11 @@ def patch_loaded_transforms() -> None:
     torch._dynamo) whether the script used torchvision or not, and every spawned loader worker the
     same at its start, which DATA_WORKER_STARTUP would then have measured as the job's.
     """
-    if "compose" not in _ORIGINALS:
-        tv1 = sys.modules.get("torchvision.transforms")
-        compose = getattr(tv1, "Compose", None)
-        if compose is not None:
-            _ORIGINALS["compose"] = compose.__call__
-            compose.__call__ = timed_compose_call
-    if "compose_v2" not in _ORIGINALS:
-        tv2 = sys.modules.get("torchvision.transforms.v2")
-        compose = getattr(tv2, "Compose", None)
-        if compose is not None:
-            _ORIGINALS["compose_v2"] = compose.forward
-            compose.forward = timed_compose_v2_forward
+    for key, module, method, timed in _COMPOSE_PATCHES:
+        compose = getattr(sys.modules.get(module), "Compose", None)
+        if key not in _ORIGINALS and compose is not None:
+            _ORIGINALS[key] = getattr(compose, method)
+            setattr(compose, method, timed)
 
 
 def uninstall() -> None:
@@ -455,10 +455,9 @@ def uninstall() -> None:
     fetch._MapDatasetFetcher.fetch = _ORIGINALS.pop("map")
     fetch._IterableDatasetFetcher.fetch = _ORIGINALS.pop("iterable")
     builtins.open = _ORIGINALS.pop("open")
-    if "compose" in _ORIGINALS:
-        sys.modules["torchvision.transforms"].Compose.__call__ = _ORIGINALS.pop("compose")
-    if "compose_v2" in _ORIGINALS:
-        sys.modules["torchvision.transforms.v2"].Compose.forward = _ORIGINALS.pop("compose_v2")
+    for key, module, method, _timed in _COMPOSE_PATCHES:
+        if key in _ORIGINALS:
+            setattr(sys.modules[module].Compose, method, _ORIGINALS.pop(key))
     _ORIGINALS.clear()
 
 
