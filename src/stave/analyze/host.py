@@ -33,12 +33,14 @@ class HostSummary:
     CPU percentages of processes are "percent of one core"; machine-wide ones are 0-100 over all
     cores; PSI values are the kernel's "some" share in percent. ``other_processes_cores``: cores
     kept busy by processes outside this process's tree (machine busy minus the trainer, its workers
-    and children); ``job_ranks_cores``: of those, the same job's other ranks on this node and their
+    and children), the hypervisor's steal included (other guests on a VM's cores hold them just
+    the same; ``steal_cores`` of them); ``job_ranks_cores``: of those, the same job's other ranks on this node and their
     launcher (a multi-process run; ``None`` otherwise).
     """
 
     samples: int = 0
     cpu_system_pct: float | None = None
+    cpu_steal_pct: float | None = None
     cpu_main_pct: float | None = None
     cpu_workers_pct: float | None = None
     iowait_pct: float | None = None
@@ -57,6 +59,7 @@ class HostSummary:
     gpu_util_pct: float | None = None
     disk_read_total_bytes: float | None = None
     other_processes_cores: float | None = None
+    steal_cores: float | None = None
     job_ranks_cores: float | None = None
 
 
@@ -95,6 +98,7 @@ def summarize_host(record: RunRecord) -> HostSummary:
         return out
     for name in (
         "cpu_system_pct",
+        "cpu_steal_pct",
         "cpu_main_pct",
         "cpu_workers_pct",
         "iowait_pct",
@@ -131,17 +135,21 @@ def summarize_host(record: RunRecord) -> HostSummary:
         others = [v for v in (_other_cores(s, cores) for s in samples if s.step in counted) if v is not None]
         if len(others) >= MIN_OTHER_CORES_SAMPLES:
             out.other_processes_cores = median(others)
+        if out.cpu_steal_pct is not None:
+            out.steal_cores = out.cpu_steal_pct / 100.0 * cores
     ranks = present(samples, lambda s: s.cpu_job_ranks_pct)
     out.job_ranks_cores = median(ranks) / 100.0 if ranks else None
     return out
 
 
 def _other_cores(sample: HostSample, cores_total: int) -> float | None:
-    """Cores busy with processes outside the job in one sample: machine busy minus the job's own."""
+    """Cores busy with processes outside the job in one sample: machine busy minus the job's own,
+    plus the hypervisor's steal (on a VM, other guests ran on these cores: the job could not)."""
     if sample.cpu_system_pct is None or sample.cpu_main_pct is None:
         return None
     own = sample.cpu_main_pct + (sample.cpu_workers_pct or 0.0) + (sample.cpu_children_pct or 0.0)
-    return max(0.0, sample.cpu_system_pct / 100.0 * cores_total - own / 100.0)
+    held = sample.cpu_system_pct + (sample.cpu_steal_pct or 0.0)
+    return max(0.0, min(100.0, held) / 100.0 * cores_total - own / 100.0)
 
 
 def _integrate(samples: Sequence[HostSample], rate: Callable[[HostSample], float | None]) -> float | None:

@@ -33,7 +33,8 @@ class MachineLoad:
     ``main_cores``: the trainer process (its threads, the pin thread); ``workers_cores``: loader
     workers; ``other_cores``: processes outside this process's tree on the cores it may use (they
     compete with it), of which ``job_ranks_cores`` are the same job's other ranks on this node (not
-    another job: MACHINE_BUSY leaves them out); ``cores``: usable.
+    another job: MACHINE_BUSY leaves them out) and ``steal_cores`` the hypervisor's steal (other
+    guests of a VM on its cores); ``cores``: usable.
     ``compute_threads_busy``: the trainer's threads running during compute (measured CPU over the
     compute time), ``None`` when the CPU counters are absent.
     """
@@ -47,6 +48,7 @@ class MachineLoad:
     machine_busy_share: float | None
     compute_threads_busy: float | None
     job_ranks_cores: float | None = None
+    steal_cores: float | None = None
 
     @property
     def outside_job_cores(self) -> float | None:
@@ -74,7 +76,8 @@ def machine_load(record: RunRecord, summary: StepSummary, host: HostSummary | No
     workers = host.cpu_workers_pct / 100.0 if host.cpu_workers_pct is not None else None
     busy_share = None
     if host.cpu_system_pct is not None:
-        busy_share = min(1.0, host.cpu_system_pct / 100.0 * total / cores)
+        # Cores the hypervisor gave to other guests (steal) were as unavailable as busy ones.
+        busy_share = min(1.0, (host.cpu_system_pct + (host.cpu_steal_pct or 0.0)) / 100.0 * total / cores)
         machine_cores = host.cpu_system_pct / 100.0 * total
         own = (main or 0.0) + (workers or 0.0)
         if own > machine_cores > 0:
@@ -94,7 +97,7 @@ def machine_load(record: RunRecord, summary: StepSummary, host: HostSummary | No
         if record.config.torch_threads:
             threads_busy = min(threads_busy, float(record.config.torch_threads))
     return MachineLoad(cores, total, record.config.torch_threads, main, workers, other, busy_share, threads_busy,
-                       host.job_ranks_cores)
+                       host.job_ranks_cores, host.steal_cores)
 
 
 def compute_cpu_cores(record: RunRecord) -> float | None:

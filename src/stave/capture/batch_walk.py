@@ -120,6 +120,21 @@ class TokenCount:
         return self.rows * self.width
 
 
+def seq_first(module: torch.nn.Module) -> bool:
+    """Whether ``module`` takes its token ids sequence-first, ``(positions, rows)``: it holds a
+    recurrent layer or a ``torch.nn`` transformer built with ``batch_first=False`` (their default,
+    which pytorch/examples' word language model keeps) and none built batch-first. Attention
+    modules alone do not say: models that use ``nn.MultiheadAttention`` sequence-first often take
+    batch-first inputs and transpose them inside."""
+    layouts = set()
+    for sub in module.modules():
+        if isinstance(sub, (torch.nn.RNNBase, torch.nn.TransformerEncoderLayer, torch.nn.TransformerDecoderLayer,
+                            torch.nn.Transformer)):
+            layouts.add(bool(getattr(sub, "batch_first", False) or getattr(getattr(sub, "self_attn", None),
+                                                                            "batch_first", False)))
+    return layouts == {False}
+
+
 def count_tokens(ids: torch.Tensor, mask: torch.Tensor | None, pad_id: int | None = None) -> TokenCount:
     """Count the tokens of one input; the real lengths come from the mask, else the pad id.
 

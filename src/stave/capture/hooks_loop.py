@@ -5,9 +5,10 @@ pre/post hooks); ``torch.autograd.backward``/``grad`` and ``zero_grad`` are wrap
 calls the original unchanged, so the user's results are identical.
 
 An outermost forward of a module that has trained before (seen in a forward with gradients on and
-in ``train()`` mode) counts as evaluation (phase ``eval``) when it runs without gradients
-(``no_grad``, ``inference_mode``) or in ``eval()`` mode. A frozen teacher or a loss module never
-trains, so its forwards stay part of the training step. Each trained module also gets a forward
+in ``train()`` mode) counts as evaluation (phase ``eval``) when it runs in ``eval()`` mode or under
+``inference_mode``. A ``no_grad`` forward in ``train()`` mode is training work (a GAN's fakes for
+its critic, pseudo-labels, RL rollouts), and a frozen teacher or a loss module never trains: their
+forwards stay part of the training step. Each trained module also gets a forward
 pre-hook with keyword arguments (the global hook sees positional ones only), which counts the rows
 and tokens of its training inputs.
 """
@@ -24,7 +25,7 @@ import torch
 from torch.nn.modules import module as nn_module
 from torch.optim import optimizer as optim_module
 
-from stave.capture.batch_walk import count_tokens, find_tokens, iter_tensors
+from stave.capture.batch_walk import count_tokens, find_tokens, iter_tensors, seq_first
 from stave.capture.pad_inference import LOSS_TYPES, PadEvidence, PadIdInference, loss_ignore_ids
 from stave.capture.steps import StepTracker
 
@@ -56,6 +57,8 @@ class LoopHooks:
         self._trained: set[int] = set()
         self._input_hooks: dict[int, Any] = {}
         self._arg_names: dict[type, list[str]] = {}
+        # Per trained model: whether it takes token ids sequence-first (batch_walk.seq_first).
+        self._seq_first: dict[int, bool] = {}
         # Pad-id evidence per trained model, and the token ids that loss modules called outside
         # the model ignore (for plain models whose batches carry no mask: pad_inference.py).
         self._pads: dict[int, PadIdInference] = {}
@@ -90,7 +93,11 @@ class LoopHooks:
             training = module.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
             if training:
                 self._trained.add(id(module))
-            phase = "forward" if training or id(module) not in self._trained else "eval"
+            # Evaluation: a trained module in eval() mode, or under inference_mode (its outputs cannot
+            # feed a backward). A no_grad forward in train() mode feeds training: a GAN's fakes for
+            # its critic, a pseudo-label, a rollout, a target; evaluation loops call eval().
+            evaluating = not module.training or torch.is_inference_mode_enabled()
+            phase = "eval" if id(module) in self._trained and evaluating else "forward"
             self._forward_owned = self.tracker.enter(phase)
             if self._forward_owned:
                 self.on_model(module)
@@ -125,6 +132,12 @@ class LoopHooks:
                 self._arg_names[cls] = []
         return self._arg_names[cls]
 
+    def _is_seq_first(self, module: torch.nn.Module) -> bool:
+        """:func:`~stave.capture.batch_walk.seq_first`, looked up once per model."""
+        if id(module) not in self._seq_first:
+            self._seq_first[id(module)] = seq_first(module)
+        return self._seq_first[id(module)]
+
     def _count_inputs(self, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
         """Rows and tokens of a training forward's inputs (outermost call only)."""
         if threading.get_ident() != self.tracker.main_thread_id or self._depth != 1 or self.tracker.active != "forward":
@@ -138,13 +151,19 @@ class LoopHooks:
             named.extend(iter_tensors(value, key))
         ids, mask = find_tokens(named)
         if ids is not None:
+            if self._is_seq_first(module):
+                # (positions, rows): rows are the columns (a view, no copy).
+                ids = ids.t()
+                mask = mask.t() if mask is not None and mask.dim() == 2 else mask
             pad_id = None
             if mask is None:
                 pad_id = self._pads.setdefault(id(module), PadIdInference()).pad_id(module, ids, self._loss_ids)
             count = count_tokens(ids, mask, pad_id)
             self.tracker.add_model_input(count.rows, count)
         elif named and named[0][1].dim() > 0:
-            self.tracker.add_model_input(int(named[0][1].shape[0]), None)
+            first = named[0][1]
+            batch_axis = 1 if self._is_seq_first(module) and first.dim() >= 2 else 0
+            self.tracker.add_model_input(int(first.shape[batch_axis]), None)
 
     @property
     def pad_evidence(self) -> PadEvidence | None:
@@ -153,7 +172,7 @@ class LoopHooks:
 
     # --- install ---
 
-    def _wrap_phase(self, owner: Any, name: str, phase: str) -> None:
+    def _wrap_phase(self, owner: Any, name: str, phase: str, after: Callable[[], None] | None = None) -> None:
         original = getattr(owner, name)
         tracker = self.tracker
 
@@ -161,12 +180,33 @@ class LoopHooks:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             owned = tracker.enter(phase)
             try:
+                result = original(*args, **kwargs)
+            finally:
+                tracker.exit(owned)
+            if after is not None:
+                after()
+            return result
+
+        setattr(owner, name, wrapper)
+        self._restore.append(lambda: setattr(owner, name, original))
+
+    def _wrap_zero_grad(self, owner: Any) -> None:
+        """``zero_grad`` as the optimizer phase, telling the tracker first (a hand-written update's
+        step boundary: :meth:`StepTracker.grads_zeroed`)."""
+        original = owner.zero_grad
+        tracker = self.tracker
+
+        @functools.wraps(original)
+        def zero_grad(*args: Any, **kwargs: Any) -> Any:
+            tracker.grads_zeroed()
+            owned = tracker.enter("optimizer")
+            try:
                 return original(*args, **kwargs)
             finally:
                 tracker.exit(owned)
 
-        setattr(owner, name, wrapper)
-        self._restore.append(lambda: setattr(owner, name, original))
+        owner.zero_grad = zero_grad
+        self._restore.append(lambda: setattr(owner, "zero_grad", original))
 
     def install(self) -> None:
         """Register the hooks and wrappers."""
@@ -177,10 +217,12 @@ class LoopHooks:
             # always_call: the post hook runs even when forward raises, so the phase never leaks.
             nn_module.register_module_forward_hook(self._fwd_post, always_call=True),
         ]
-        self._wrap_phase(torch.autograd, "backward", "backward")
+        # Only loss.backward() accumulates into .grad (a hand-written update's sign, StepTracker.grads_zeroed);
+        # autograd.grad returns its gradients (a gradient penalty inside the loss).
+        self._wrap_phase(torch.autograd, "backward", "backward", after=self.tracker.grads_accumulated)
         self._wrap_phase(torch.autograd, "grad", "backward")
-        self._wrap_phase(torch.optim.Optimizer, "zero_grad", "optimizer")
-        self._wrap_phase(torch.nn.Module, "zero_grad", "optimizer")
+        self._wrap_zero_grad(torch.optim.Optimizer)
+        self._wrap_zero_grad(torch.nn.Module)
 
     def uninstall(self) -> None:
         """Remove everything :meth:`install` added (in reverse order)."""

@@ -519,8 +519,14 @@ class DoctorSession:
             record.notes.append(f"the machine monitor stopped early: {monitor_error}")
         if not steps:
             record.notes.append(
-                "no optimizer.step() was seen: stave measures steps at optimizer.step(); "
-                "a script that never calls it (inference, a custom update) has no steps to analyze"
+                "no optimizer.step() was seen: stave measures steps at optimizer.step() (or, for an update "
+                "written by hand, at the zero_grad() after each backward); a script that calls neither "
+                "(inference, gradients cleared by hand) has no steps to analyze"
+            )
+        elif self.tracker.manual_steps and not self.tracker.optimizer_seen:
+            record.notes.append(
+                "no optimizer.step() was seen: steps were counted at the zero_grad() that follows each "
+                "backward (parameters updated by hand)"
             )
         for attachment in self.attachments:
             attachment.contribute(record, final=True)

@@ -9,6 +9,13 @@ Step boundaries come from ``optimizer.step()``. With several optimizers, a step 
 of them: the cycle is learned when the first optimizer steps a second time, and the first step
 is closed then, retroactively, at the end of the cycle's last ``step()``.
 
+A loop that updates its parameters by hand (pytorch/examples' word language model: backward, clip,
+``p.data.add_(p.grad, alpha=-lr)``, then ``model.zero_grad()``) has no ``optimizer.step()``. While
+no optimizer has stepped, a ``zero_grad()`` that follows a backward is then the boundary: gradients
+are cleared once per update, after every micro-batch's backward (accumulation included), and in a
+loop with an optimizer the step always comes between the backward and the clearing. The first
+``optimizer.step()`` ends this: from then on the optimizer's steps are the boundaries.
+
 On a GPU every boundary also records a CUDA event (``device.StepClock``); steps are resolved from
 the events once the GPU has passed them, so no synchronization is added to the user's loop.
 
@@ -136,8 +143,17 @@ class StepTracker:
         self._cycle_count = 0
         self._last_post: Mark | None = None
         self._last_post_cpu_ns = 0
+        self._optimizer_seen = False
+        self._backward_since_zero = False
+        # Steps closed at zero_grad() because no optimizer stepped (a hand-written update).
+        self.manual_steps = 0
         self.classify: Callable[[int], tuple[bool, bool, bool]] = lambda index: (False, False, False)
         self.on_step_end: Callable[[int], None] = lambda index: None
+
+    @property
+    def optimizer_seen(self) -> bool:
+        """Whether any ``optimizer.step()`` ran (so steps are the optimizer's)."""
+        return self._optimizer_seen
 
     # --- phases ---------------------------------------------------------------------------------
 
@@ -208,8 +224,27 @@ class StepTracker:
 
     # --- optimizer boundaries -------------------------------------------------------------------
 
+    def grads_accumulated(self) -> None:
+        """Called after each ``torch.autograd.backward`` (``loss.backward()``): gradients now sit in
+        ``.grad`` for an update to use."""
+        if threading.get_ident() == self.main_thread_id:
+            self._backward_since_zero = True
+
+    def grads_zeroed(self) -> None:
+        """Called before each ``zero_grad()`` (module or optimizer): a step boundary when no optimizer
+        has stepped and a backward ran since the last clearing (a hand-written update)."""
+        if threading.get_ident() != self.main_thread_id or self.active is not None:
+            return
+        if not self._optimizer_seen and self._backward_since_zero:
+            # A misreading at the start (a loop that discards its first gradients) is undone by the
+            # first optimizer.step(): these steps are then the warm-up's, and the report says nothing.
+            self.manual_steps += 1
+            self._close(self.clock.mark(), _process_cpu_ns())
+        self._backward_since_zero = False
+
     def optimizer_pre(self, optimizer_id: int) -> None:
         """Called before each ``optimizer.step()``."""
+        self._optimizer_seen = True
         if self._cycle_len is None:
             if optimizer_id in self._cycle_seen and self._last_post is not None:
                 # The first optimizer stepped again: the cycle is complete and the first step

@@ -52,8 +52,9 @@ class Finding:
     shrink it. 1.0 means the finding is about correctness or risk, not speed.
     ``evidence`` holds the measured numbers (seconds, bytes, fractions, counts) under names with units.
     ``fix`` is a concrete code change, tailored to this run where the measurements allow.
-    ``certain`` is False when the run's timings were disturbed (another process held the job's
-    cores: MACHINE_BUSY), so a timing-based estimate may not hold on a quiet machine.
+    ``certain`` is False when the timings behind the estimate were disturbed (another process held
+    the job's cores: MACHINE_BUSY; or the rule's own probe spread even when repeated), so a
+    timing-based estimate may not hold on a quiet machine.
     """
 
     id: str

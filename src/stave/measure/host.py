@@ -24,6 +24,8 @@ class HostSample:
     workers_alive: int | None = None
     main_threads: int | None = None
     cpu_system_pct: float | None = None
+    # Share of the usable cores' time the hypervisor gave to other guests (steal), percent.
+    cpu_steal_pct: float | None = None
     iowait_pct: float | None = None
     procs_running: int | None = None
     disk_read_bytes_per_s: float | None = None

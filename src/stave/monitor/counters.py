@@ -23,6 +23,8 @@ class MachineCounters:
 
     cpu_busy_s: float | None = None
     cpu_iowait_s: float | None = None
+    # Time the hypervisor ran other guests on these cores (a VM's "steal"): neither busy nor idle here.
+    cpu_steal_s: float | None = None
     cpu_total_s: float | None = None
     procs_running: int | None = None
     disk_read_bytes: int | None = None

@@ -239,6 +239,8 @@ class HostCollector:
             wait = _rate(now.cpu_iowait_s, before.cpu_iowait_s, 1.0)
             out.cpu_system_pct = None if busy is None else min(100.0, 100.0 * busy / total)
             out.iowait_pct = None if wait is None else min(100.0, 100.0 * wait / total)
+            steal = _rate(now.cpu_steal_s, before.cpu_steal_s, 1.0)
+            out.cpu_steal_pct = None if steal is None else min(100.0, 100.0 * steal / total)
         out.procs_running = now.procs_running
         out.disk_read_bytes_per_s = _rate(now.disk_read_bytes, before.disk_read_bytes, dt_s)
         out.mem_available_bytes = now.mem_available_bytes

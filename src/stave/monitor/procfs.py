@@ -51,14 +51,14 @@ class ProcPaths:
 # --- Pure parsers --------------------------------------------------------------------------------
 
 
-def parse_cpu_stat(text: str, cpus: frozenset[int] | None) -> tuple[int, int, int, int | None]:
-    """``(busy, iowait, total, procs_running)`` from ``/proc/stat``; CPU times in clock ticks.
+def parse_cpu_stat(text: str, cpus: frozenset[int] | None) -> tuple[int, int, int, int | None, int]:
+    """``(busy, iowait, total, procs_running, steal)`` from ``/proc/stat``; CPU times in clock ticks.
 
     With ``cpus`` only those cores' lines are summed (the cores this process may use: a container
     pinned to 4 of 64 cores should see its own cores saturate). Busy excludes idle, iowait and
     steal (time the hypervisor gave to someone else); guest time is already inside user/nice.
     """
-    busy = iowait = total = 0
+    busy = iowait = total = stolen = 0
     seen = False
     # The cpu lines come first; cut there rather than split the long interrupt lines after them.
     end = 0
@@ -77,12 +77,13 @@ def parse_cpu_stat(text: str, cpus: frozenset[int] | None) -> tuple[int, int, in
         user, nice, system, idle, wait, irq, softirq, steal = fields
         busy += user + nice + system + irq + softirq
         iowait += wait
+        stolen += steal
         total += user + nice + system + idle + wait + irq + softirq + steal
         seen = True
     if not seen:
         raise ValueError("no matching cpu lines")
     running = parse_kv_table(text, ("procs_running",)).get("procs_running")
-    return busy, iowait, total, running
+    return busy, iowait, total, running, stolen
 
 
 def _line_after(text: str, key: str) -> str | None:
@@ -322,13 +323,14 @@ class ProcfsSource:
         text = self._files.read(os.path.join(p, "stat"), "machine CPU")
         if text is not None:
             try:
-                busy, wait, total, running = parse_cpu_stat(text, self._cpus)
+                busy, wait, total, running, steal = parse_cpu_stat(text, self._cpus)
             except (ValueError, IndexError) as exc:
                 self._absent("machine CPU", f"unexpected /proc/stat ({exc})")
             else:
                 values.update(
                     cpu_busy_s=busy * self._tick_s,
                     cpu_iowait_s=wait * self._tick_s,
+                    cpu_steal_s=steal * self._tick_s,
                     cpu_total_s=total * self._tick_s,
                     procs_running=running,
                 )

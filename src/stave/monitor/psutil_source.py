@@ -48,6 +48,7 @@ class PsutilSource:
             values["cpu_total_s"] = total
             values["cpu_busy_s"] = total - idle - (iowait or 0.0) - steal
             values["cpu_iowait_s"] = iowait
+            values["cpu_steal_s"] = steal
             if iowait is None:
                 self._absent("iowait", "not reported on this platform")
         try:

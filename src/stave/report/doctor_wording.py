@@ -26,6 +26,7 @@ HOST_ROWS: tuple[tuple[str, str, Formatter], ...] = (
     ("CPU, main process (% of a core)", "cpu_main_pct", fmt_pct),
     ("CPU, loader workers (% of a core)", "cpu_workers_pct", fmt_pct),
     ("CPU, whole machine", "cpu_system_pct", fmt_pct),
+    ("CPU steal (hypervisor's other guests)", "cpu_steal_pct", fmt_pct),
     ("iowait", "iowait_pct", fmt_pct),
     ("disk reads", "disk_read_bytes_per_s", fmt_byte_rate),
     ("RSS, process tree", "rss_bytes", fmt_bytes),
@@ -36,6 +37,10 @@ HOST_ROWS: tuple[tuple[str, str, Formatter], ...] = (
     ("pressure, memory (PSI some)", "psi_memory_some_pct", fmt_pct),
     ("pressure, I/O (PSI some)", "psi_io_some_pct", fmt_pct),
 )
+
+# Rows left out where the counter was not read (steal: only /proc/stat on Linux and psutil say it),
+# rather than an "n/a" on every machine that has none to report.
+ROWS_ONLY_WHEN_MEASURED = frozenset({"cpu_steal_pct"})
 
 # Device rows, shown when the run used a GPU (on a CPU run they would all read "n/a").
 GPU_ROWS: tuple[tuple[str, str, Formatter], ...] = (
@@ -64,6 +69,8 @@ def utilization_rows(report: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     out = []
     for label, key, fmt in rows:
         stat = util.get(key)
+        if stat is None and key in ROWS_ONLY_WHEN_MEASURED:
+            continue
         out.append((label, NA, NA, NA) if stat is None else (label, fmt(stat["mean"]), fmt(stat["min"]),
                                                               fmt(stat["max"])))
     return out

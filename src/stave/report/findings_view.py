@@ -28,8 +28,10 @@ NO_FINDINGS = "No findings: nothing measured here points at a change worth makin
 SYNTAX_THEME = "ansi_dark"
 
 
-# Shown beside an estimate measured while other processes held the job's cores (MACHINE_BUSY).
-UNCERTAIN_NOTE = "(less certain: the machine was busy)"
+# Shown beside an estimate whose timings were disturbed: other processes held the job's cores
+# (MACHINE_BUSY, which says so itself) or the rule's own probe spread even when repeated (its text
+# says which). "The machine was busy" would blame other processes where there may be none.
+UNCERTAIN_NOTE = "(less certain: its timings were disturbed)"
 
 def _headline(index: int, finding: Finding) -> Text:
     text = Text()

@@ -42,7 +42,8 @@ MAX_STEP_BARS = 300
 # Utilization series to plot, by chart: (series label, counter, scale to the chart's unit). One unit
 # per chart: the job's processes in % of one core (up to 100 x cores), the machine in % of all cores.
 _CPU_JOB_SERIES = (("main process", "cpu_main_pct", 1.0), ("loader workers", "cpu_workers_pct", 1.0))
-_CPU_MACHINE_SERIES = (("whole machine", "cpu_system_pct", 1.0), ("iowait", "iowait_pct", 1.0))
+_CPU_MACHINE_SERIES = (("whole machine", "cpu_system_pct", 1.0), ("steal", "cpu_steal_pct", 1.0),
+                       ("iowait", "iowait_pct", 1.0))
 _MEMORY_SERIES = (("RSS, process tree", "rss_bytes", 2.0**-30), ("available", "mem_available_bytes", 2.0**-30))
 _GPU_SERIES = (("GPU utilization %", "gpu_util_pct", 1.0),)
 _GPU_MEMORY_SERIES = (("GPU memory used", "gpu_mem_used_bytes", 2.0**-30),
@@ -138,7 +139,10 @@ def utilization_html(report: dict[str, Any]) -> str:
     reasons = {"loader workers": f"no loader workers: {why}"} if (why := dt.no_workers_reason(report)) else {}
     figures = [
         _lines(points, _CPU_JOB_SERIES, "CPU of this job (% of one core)", "% of one core", reasons),
-        _lines(points, _CPU_MACHINE_SERIES, "CPU of the whole machine (% of all cores)", "% of all cores"),
+        # Steal is drawn where the machine reports it (Linux's /proc/stat, psutil), not noted as missing.
+        _lines(points, tuple(sr for sr in _CPU_MACHINE_SERIES
+                             if sr[1] != "cpu_steal_pct" or any(p.get("cpu_steal_pct") is not None for p in points)),
+               "CPU of the whole machine (% of all cores)", "% of all cores"),
         _lines(points, _MEMORY_SERIES, "Host memory", "GiB"),
     ]
     if report["config"].get("device_type") == "cuda":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from typing import Any, Sequence
 
-from stave.diagnose.finding import Finding
+from stave.diagnose.finding import MACHINE_IDS, Finding
 from stave.report.findings_view import DocsHref, docs_link, highlight_python_html
 from stave.report.units import evidence_label, fmt_seconds, fmt_speedup, fmt_value
 
@@ -78,6 +78,16 @@ def headline_text(report: dict[str, Any], findings: Sequence[Finding]) -> str:
     if not findings:
         return f"Verdict: no findings · {step_text(report)}"
     faster = speedup_findings(findings)
+    if findings[0].id in MACHINE_IDS:
+        # The machine, not the job, comes first whatever its estimate (a VM's steal or another job
+        # can hide the job's own demand, so the model may price giving the cores back at 1.0x).
+        job = [f for f in faster if f.id not in MACHINE_IDS]
+        lead = f"{findings[0].id} (the machine, not the job)"
+        if job:
+            lead += f" · then {job[0].id} est. {fmt_speedup(job[0].est_speedup)}"
+        more = len(findings) - 1 - bool(job)
+        others = f" · {more} more" if more else ""
+        return f"Verdict: {lead}{others} · {step_text(report)}"
     if not faster:
         return f"Verdict: no finding estimates a speedup ({len(findings)} noted below) · {step_text(report)}"
     top = faster[0]
@@ -106,7 +116,8 @@ def verdict_html(report: dict[str, Any], findings: Sequence[Finding], docs_href:
     else:
         out.append('<ol class="top">')
         # (number in the full list below, finding) of the first few that would make the step faster
-        shown = [(i, f) for i, f in enumerate(findings, start=1) if f.est_speedup > 1.0][:MAX_VERDICT_FINDINGS]
+        shown = [(i, f) for i, f in enumerate(findings, start=1)
+                 if f.est_speedup > 1.0 or f.id in MACHINE_IDS][:MAX_VERDICT_FINDINGS]
         out += [_card(index, finding, docs_href) for index, finding in shown]
         out.append("</ol>")
         rest = len(findings) - len(shown)

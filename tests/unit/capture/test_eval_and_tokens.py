@@ -124,3 +124,66 @@ def test_self_sliced_integer_batches_give_samples_tokens_and_the_sdpa_kernel():
     assert cfg.sdpa_inputs["is_causal"] == "True" and cfg.sdpa_inputs["attn_mask"] == "none"
     assert any("flash" in k for k in cfg.sdpa_kernels), cfg.sdpa_kernels  # the CPU flash kernel
     assert cfg.attention_flops_by_phase["forward"] == 2 * 8 * 2 * 32 * 32 * (16 + 16)
+
+
+class SeqFirstLM(nn.Module):
+    """pytorch/examples' word language model in small: ids are (positions, rows), batch_first off."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(50, 8)
+        self.rnn = nn.LSTM(8, 8)
+        self.head = nn.Linear(8, 50)
+
+    def forward(self, ids, hidden=None):
+        out, _ = self.rnn(self.emb(ids), hidden)
+        return self.head(out)
+
+
+def test_a_hand_written_update_of_a_sequence_first_model_counts_steps_rows_and_tokens():
+    from stave.capture.batch_walk import seq_first
+
+    torch.manual_seed(0)
+    model = SeqFirstLM()
+    assert seq_first(model) and not seq_first(nn.LSTM(4, 4, batch_first=True)) and not seq_first(TinyLM())
+    with stave.watch(warmup=0, probes=False) as run:
+        for _ in range(5):
+            model.zero_grad()
+            ids = torch.randint(0, 50, (35, 4))  # 35 positions of 4 rows
+            nn.functional.cross_entropy(model(ids).view(-1, 50), ids.view(-1)).backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(p.grad, alpha=-0.1)
+        model.zero_grad()
+    steps = run.record.steps
+    assert len(steps) == 5
+    assert all(s.backward_calls == 1 for s in steps)
+    # The model's inputs are counted from its second training forward (the hook goes on at the first).
+    assert all(s.samples == 4 and s.tokens == 140 for s in steps[1:])
+    assert any("parameters updated by hand" in n for n in run.record.notes)
+
+
+def test_a_generator_run_under_no_grad_in_train_mode_feeds_training_not_evaluation():
+    # WGAN-GP style: the critic trains on fakes the (trained) generator makes under no_grad; the
+    # generator is never switched to eval(), so its forward and the batch fetched before it are training.
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    gen_net, critic = nn.Linear(8, 16), nn.Linear(16, 1)
+    opt_g = torch.optim.SGD(gen_net.parameters(), lr=0.01)
+    opt_d = torch.optim.SGD(critic.parameters(), lr=0.01)
+    loader = DataLoader(TensorDataset(torch.randn(64, 16)), batch_size=8)
+    with stave.watch(warmup=0, probes=False) as run:
+        for real, in loader:
+            with torch.no_grad():
+                fake = gen_net(torch.randn(8, 8))
+            opt_d.zero_grad()
+            (critic(fake).mean() - critic(real).mean()).backward()
+            opt_d.step()
+            opt_g.zero_grad()
+            (-critic(gen_net(torch.randn(8, 8))).mean()).backward()
+            opt_g.step()
+    steps = run.record.steps
+    assert len(steps) == 8
+    assert all(s.eval_ns == 0 and s.eval_forwards == 0 for s in steps)
+    assert all(s.data_fetches == 1 and s.samples == 8 for s in steps[1:])

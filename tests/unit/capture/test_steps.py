@@ -39,6 +39,7 @@ def _one_step(tr: StepTracker, opt_ids: list[int], samples: int = 8) -> None:
     tr.exit(owned)
     owned = tr.enter("backward")
     tr.exit(owned)
+    tr.grads_accumulated()
     for oid in opt_ids:
         tr.optimizer_pre(oid)
         owned = tr.enter("optimizer")
@@ -219,3 +220,63 @@ def test_each_step_counts_the_frames_torch_compile_compiled_in_it(monkeypatch) -
         _one_step(tr, [1])
     tr.finish()
     assert [s.compiled_frames for s in tr.steps] == [3, 0, 2]
+
+
+def _manual_update(tr: StepTracker, micro: int = 1) -> None:
+    """zero_grad, then ``micro`` forward/backward pairs, then a hand-written update (no optimizer)."""
+    tr.grads_zeroed()
+    tr.exit(tr.enter("optimizer"))
+    for _ in range(micro):
+        owned = tr.enter("data_wait")
+        tr.add_to_active(samples=4)
+        tr.exit(owned)
+        tr.exit(tr.enter("forward"))
+        tr.exit(tr.enter("backward"))
+        tr.grads_accumulated()  # loss.backward() returned
+
+
+def test_a_hand_written_update_is_stepped_at_the_zero_grad_after_its_backwards() -> None:
+    tr = StepTracker(FakeClock())
+    for _ in range(4):
+        _manual_update(tr, micro=3)
+    tr.grads_zeroed()  # the loop's next iteration
+    tr.finish()
+    assert len(tr.steps) == 4 and tr.manual_steps == 4
+    # Every micro-batch's samples and backward belong to its update's step.
+    assert all(s.samples == 12 and s.backward_calls == 3 for s in tr.steps)
+
+
+def test_zero_grad_is_no_boundary_once_an_optimizer_steps() -> None:
+    # zero_grad before backward and step (the usual order) never closes a step; nor does one after a
+    # step, or inside optimizer.step(closure) (a phase is open there).
+    tr = StepTracker(FakeClock())
+    for _ in range(3):
+        tr.grads_zeroed()
+        tr.exit(tr.enter("optimizer"))
+        _one_step(tr, [1])
+    tr.grads_zeroed()
+    tr.finish()
+    assert [s.index for s in tr.steps] == [0, 1, 2] and tr.manual_steps == 0
+
+
+def test_autograd_grad_alone_is_no_update() -> None:
+    # A gradient penalty's autograd.grad (a backward phase, gradients returned, not accumulated)
+    # before the first optimizer's zero_grad: WGAN-GP's critic step.
+    tr = StepTracker(FakeClock())
+    for _ in range(3):
+        tr.exit(tr.enter("forward"))
+        tr.exit(tr.enter("backward"))  # autograd.grad
+        tr.grads_zeroed()
+        tr.exit(tr.enter("optimizer"))
+        _one_step(tr, [1])
+    tr.finish()
+    assert len(tr.steps) == 3 and tr.manual_steps == 0
+
+
+def test_zero_grad_before_any_backward_is_no_boundary() -> None:
+    tr = StepTracker(FakeClock())
+    for _ in range(3):
+        tr.grads_zeroed()
+        tr.exit(tr.enter("forward"))  # inference with gradients cleared: no backward, no step
+    tr.finish()
+    assert tr.steps == [] and tr.manual_steps == 0

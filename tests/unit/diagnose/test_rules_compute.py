@@ -22,6 +22,7 @@ from synth_records import (
 
 from stave.analyze.step_inputs import PIN_COPY_BYTES_PER_S
 from stave.diagnose.rules import batch
+from stave.diagnose.rules._helpers import micro_batches
 from stave.measure import ProbeResults
 
 
@@ -251,6 +252,7 @@ def test_small_batch_with_accumulation_prices_the_micro_batch():
     steps = tiny_steps()
     for s in steps:
         s.backward_calls = 4  # 4 micro-batches of 2 per optimizer step (8 samples per step)
+        s.data_fetches = 4
         s.samples = 8
     f = run_rule("SMALL_BATCH", healthy_record(steps=steps, probes=probes()))
     assert f is not None
@@ -266,7 +268,7 @@ def test_small_batch_with_accumulation_prices_the_micro_batch():
 def test_small_batch_accumulation_merges_only_whole_micro_batches():
     steps = tiny_steps()
     for s in steps:
-        s.backward_calls = 6
+        s.backward_calls = s.data_fetches = 6
         s.samples = 12
     # Loading light enough that the two workers keep up with the 12 samples a step.
     light = [worker(i, 600, wall_us=200.0, cpu_us=150.0) for i in range(2)]
@@ -278,6 +280,21 @@ def test_small_batch_accumulation_merges_only_whole_micro_batches():
     rec.host = [dataclasses.replace(h, cuda_peak_bytes=int(1e9)) for h in rec.host]
     g = run_rule("SMALL_BATCH", rec)
     assert g is not None and g.evidence["batch_growth"] == 3
+
+
+def test_small_batch_backward_passes_over_one_fetched_batch_are_not_micro_batches():
+    # A gradient penalty's autograd.grad, or one backward per loss, over the single batch the step
+    # fetched: no accumulation to merge. Nor with two optimizers (a GAN), whatever the fetches.
+    steps = tiny_steps()
+    for s in steps:
+        s.backward_calls, s.data_fetches = 3, 1
+    rec = healthy_record(steps=steps, probes=probes())
+    assert micro_batches(rec) == 1
+    for s in steps:
+        s.data_fetches = 3
+    assert micro_batches(rec) == 3
+    two = dataclasses.replace(rec.config, optimizers=[*rec.config.optimizers, *rec.config.optimizers])
+    assert micro_batches(dataclasses.replace(rec, config=two)) == 1
 
 
 def _main_process_record(collate_us: float):

@@ -206,6 +206,23 @@ def test_machine_busy_needs_three_sampler_windows():
         assert (run_rule("MACHINE_BUSY", rec) is not None) is fires, kept
 
 
+def test_cpu_steal_on_a_vm_is_a_busy_machine_and_named_as_the_hypervisors():
+    # Nothing else runs on the VM (the machine's busy CPU is the job's own) but the hypervisor ran
+    # other guests on 1.6 of its 4 cores: the job got fewer cores, the way a busy neighbour takes them.
+    rec = busy_record(other_cores=0.0)
+    assert run_rule("MACHINE_BUSY", rec) is None
+    rec.host = [dataclasses.replace(h, cpu_steal_pct=40.0) for h in rec.host]
+    f = run_rule("MACHINE_BUSY", rec)
+    assert f is not None and "hypervisor" in f.title and "steal" in f.title
+    assert f.evidence["steal_cores"] == pytest.approx(1.6) and f.evidence["other_processes_cores"] > 1.4
+    assert "taskset" not in f.fix
+    # A little steal (a VM's usual 1%) beside a busy process: the process is what is named.
+    rec = busy_record(other_cores=1.9)
+    rec.host = [dataclasses.replace(h, cpu_steal_pct=1.0) for h in rec.host]
+    g = run_rule("MACHINE_BUSY", rec)
+    assert g is not None and "Other processes" in g.title and "taskset" in g.fix
+
+
 def test_the_jobs_other_ranks_on_the_node_are_not_a_busy_machine():
     # A second rank of the same torchrun job holds 1.9 cores: the job, not another job.
     rec = busy_record(other_cores=1.9)

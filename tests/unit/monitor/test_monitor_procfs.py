@@ -22,11 +22,11 @@ procs_blocked 1
 
 
 def test_cpu_stat_sums_only_the_usable_cores() -> None:
-    busy, iowait, total, running = procfs.parse_cpu_stat(STAT, None)
-    assert (busy, iowait, running) == (100 + 5 + 50 + 3 + 2, 20, 3)
+    busy, iowait, total, running, steal = procfs.parse_cpu_stat(STAT, None)
+    assert (busy, iowait, running, steal) == (100 + 5 + 50 + 3 + 2, 20, 3, 7)
     assert total == 100 + 5 + 50 + 1000 + 20 + 3 + 2 + 7  # guest (9) is already inside user
-    busy1, iowait1, total1, _ = procfs.parse_cpu_stat(STAT, frozenset({1}))
-    assert (busy1, iowait1, total1) == (40 + 20 + 1 + 1, 5, 40 + 20 + 600 + 5 + 1 + 1 + 3)
+    busy1, iowait1, total1, _, steal1 = procfs.parse_cpu_stat(STAT, frozenset({1}))
+    assert (busy1, iowait1, total1, steal1) == (40 + 20 + 1 + 1, 5, 40 + 20 + 600 + 5 + 1 + 1 + 3, 3)
 
 
 def test_cpu_stat_without_matching_lines_is_an_error() -> None:

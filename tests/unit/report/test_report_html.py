@@ -200,3 +200,24 @@ def test_docs_links_open_from_where_the_page_is_written(result, tmp_path) -> Non
     links = re.findall(r'href="([^"#]+\.md)"', page)
     assert links and all((tmp_path / "out" / link).resolve().is_file() for link in links)
     assert not any(link.startswith("/") for link in links)
+
+
+def test_a_busy_machine_leads_the_verdict_even_when_its_estimate_is_one(result) -> None:
+    # A VM's steal hides the job's own demand, so MACHINE_BUSY may be priced at 1.0x: it still comes
+    # first in the one-line verdict and on the first screen, then the job's top finding.
+    import dataclasses
+
+    from stave.diagnose.finding import Finding, rank_findings
+    from stave.report.doctor_json import doctor_json
+    from stave.report.verdict import headline_text
+
+    busy = Finding("MACHINE_BUSY", "info", 1.0, "The hypervisor gave 0.6 of the job's 2 usable cores to other "
+                   "virtual machines", {"steal_cores": 0.6}, "# run again later")
+    findings = rank_findings([busy, *result.findings])
+    report = doctor_json(dataclasses.replace(result, findings=findings))
+    line = headline_text(report, findings)
+    job = next(f for f in findings if f.est_speedup > 1.0)
+    assert line.startswith(f"Verdict: MACHINE_BUSY (the machine, not the job) · then {job.id} est.")
+    page = doctor_html(dataclasses.replace(result, findings=findings), report)
+    block = page[page.index('<section class="verdict"'):page.index("</section>", page.index('<section class="verdict"'))]
+    assert block.index("MACHINE_BUSY") < block.index(job.id)

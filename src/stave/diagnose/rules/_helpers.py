@@ -148,8 +148,18 @@ def spread_saving(inp: DoctorInput, phases: tuple[str, ...], saved_s: float) -> 
 
 
 def micro_batches(record: RunRecord) -> int:
-    """Backward passes per optimizer step (micro-batches), the median over the counted steps."""
-    calls = sorted(s.backward_calls for s in record.counted_steps())
+    """Micro-batches per optimizer step (gradient accumulation), the median over the counted steps.
+
+    A micro-batch is a backward pass over a batch of its own: backward passes per step, but no more
+    than the loader batches the step fetched where it fetched any (a gradient penalty's
+    ``autograd.grad``, one backward per loss, or SAM's second pass run several backward passes over
+    one batch). With several optimizers in a step (a GAN's discriminator and generator) the backward
+    passes belong to different models: 1."""
+    if len(record.config.optimizers) > 1:
+        return 1
+    steps = record.counted_steps()
+    calls = sorted(s.backward_calls if s.data_fetches == 0 else min(s.backward_calls, s.data_fetches)
+                   for s in steps)
     return max(1, calls[len(calls) // 2]) if calls else 1
 
 

@@ -38,13 +38,27 @@ def machine_busy(inp: DoctorInput) -> Finding | None:
     outside = load.outside_job_cores
     quiet = max(0.0, model.other_cores - outside)  # the job's own other ranks stay
     est = estimate(model, model.changed(other_cores=quiet), summary.step_time_mean_s)
+    steal = min(outside, load.steal_cores or 0.0)
+    if steal >= outside / 2:
+        # A VM's hypervisor ran other guests on its cores: no process here to stop.
+        title = (f"The hypervisor gave {steal:.1f} of the job's {load.cores} usable cores to other virtual "
+                 "machines while it ran (CPU steal); the timings below are less certain")
+        fix = ("# Not a change to the job: this VM's host ran other guests on its cores (steal time).\n"
+               "# Run again later, or on a machine with dedicated cores (a larger or dedicated instance),\n"
+               "# then run stave doctor again to confirm the findings below.")
+    else:
+        title = (f"Other processes held {outside:.1f} of the job's {load.cores} usable cores while it ran; "
+                 "the timings below are less certain")
+        fix = ("# Not a change to the job: run it where nothing else holds its cores, or give it its own:\n"
+               "#   taskset -c <free cores> python train.py    (or a cgroup / container CPU limit for the other job)\n"
+               "# then run stave doctor again to confirm the findings below.")
     return make_finding(
         "MACHINE_BUSY",
         est,
-        f"Other processes held {outside:.1f} of the job's {load.cores} usable cores while it ran; "
-        "the timings below are less certain",
+        title,
         {
             "other_processes_cores": outside,
+            "steal_cores": load.steal_cores,
             "job_ranks_cores": load.job_ranks_cores,
             "cores_usable": load.cores,
             "cores_total": load.cores_total,
@@ -54,12 +68,11 @@ def machine_busy(inp: DoctorInput) -> Finding | None:
             "min_other_cores": MACHINE_BUSY_MIN_CORES,
             "model_inputs_changed": {"other_cores": [model.other_cores, quiet]},
         },
-        "# Not a change to the job: run it where nothing else holds its cores, or give it its own:\n"
-        "#   taskset -c <free cores> python train.py    (or a cgroup / container CPU limit for the other job)\n"
-        "# then run stave doctor again to confirm the findings below.",
+        fix,
         explanation=(
             "The machine's busy CPU minus the job's own process tree (trainer, loader workers, their "
-            "children) is work of other processes on the same cores. The job's threads shared the "
+            "children) is work of other processes on the same cores; on a VM, the time the hypervisor "
+            "ran other guests on them (steal) counts the same. The job's threads shared the "
             "cores with it, so its steps ran slower than they would alone, and the estimates of the "
             "other findings of this run assume the sharing stays. Estimate: the step model with the "
             "other processes' cores set to 0."
