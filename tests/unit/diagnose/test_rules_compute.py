@@ -410,6 +410,24 @@ def test_small_batch_counts_the_per_call_share_the_batch_scale_probe_measured():
     assert partial.evidence["dispatch_s"] == pytest.approx(0.9 * 3e-3, rel=0.01)
 
 
+def test_small_batch_gemm_share_does_not_speak_for_ops_heavier_than_the_gemms():
+    # An LSTM's fused kernel: 50 ops in forward+backward take 7 ms (140 us each, far beyond a
+    # dispatch: not op-bound) beside 29 tiny GEMM calls of 1 us at the rate. The batch-scaling
+    # probe's 90% per-call share is the tiny GEMMs'; the heavy ops do work the FLOP counter does not
+    # see, so only the GEMMs' own time is priced as fixed.
+    def rec_with(ops: dict[str, int]):
+        rec = healthy_record(steps=tiny_steps(), probes=probes(fp32_matmul_flops_per_s=1e9, gemm_fixed_share=0.9))
+        rec.config = dataclasses.replace(rec.config, flops_by_phase={"forward": 1e4, "backward": 2e4},
+                                         gemm_shapes=[[1, 2, 16, 16, int(3e4)]], aten_ops_by_phase=ops)
+        return rec
+
+    lstm = run_rule("SMALL_BATCH", rec_with({"forward": 20, "backward": 30}))
+    assert lstm is None or lstm.evidence["dispatch_s"] < 0.1 * 7e-3
+    # The same GEMMs among 2000 light ops (3.5 us each: per-op overhead): the share speaks for them.
+    light = run_rule("SMALL_BATCH", rec_with({"forward": 800, "backward": 1200}))
+    assert light is not None and light.evidence["dispatch_s"] >= 0.9 * 7e-3 * 0.99
+
+
 def test_small_batch_op_bound_compute_keeps_the_probed_per_call_share_of_its_flops():
     # 0.3 MFLOP at the own shapes' 1e9 FLOP/s is 0.3 ms of 7 ms: op-bound, so the other 6.7 ms are
     # per-op overhead. The 0.3 ms are those shapes' own time, and the batch-scaling probe measured
