@@ -24,7 +24,6 @@ from stave.measure.config import FULL_PRECISION, LOW_PRECISION, PRODUCT, ConvSha
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 log = logging.getLogger(__name__)
@@ -51,12 +50,32 @@ _SERIAL_RNG = frozenset({"bernoulli", "bernoulli_", "native_dropout", "uniform_"
 PARALLEL_GRAIN_ELEMENTS = 32768
 
 
-def _runs_serially(name: str, args: Any, kwargs: Any, out: Any) -> bool:
-    """Whether a (non-product) CPU op runs on one thread whatever the pool size."""
+def tensor_leaves(obj: Any) -> list[torch.Tensor]:
+    """The tensors in an op's arguments or outputs (nested lists, tuples and dicts: all an ATen
+    schema passes). ``torch.utils._pytree.tree_leaves`` does the same for any registered container
+    and costs tens of microseconds a call on an LSTM cell's arguments; this runs on every op the
+    counter watches, so the watched step would take several times its time."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    out: list[torch.Tensor] = []
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            out.append(item)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+    return out
+
+
+def _runs_serially(name: str, tensors: list[torch.Tensor]) -> bool:
+    """Whether a (non-product) CPU op over ``tensors`` (inputs and outputs) runs on one thread
+    whatever the pool size."""
     if name in _SERIAL_RNG:
         return True
-    sizes = [t.numel() for t in tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
-    return bool(sizes) and max(sizes) < PARALLEL_GRAIN_ELEMENTS
+    return bool(tensors) and max(t.numel() for t in tensors) < PARALLEL_GRAIN_ELEMENTS
 
 
 def _prod(values: Any) -> int:
@@ -228,15 +247,15 @@ class OpCounter(TorchDispatchMode):
         ref = self._low.get(id(t))
         return ref is not None and ref() is t
 
-    def _mark_low(self, out: Any) -> None:
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.is_floating_point():
+    def _mark_low(self, outputs: list[torch.Tensor]) -> None:
+        for t in outputs:
+            if t.is_floating_point():
                 try:
                     self._low[id(t)] = weakref.ref(t)
                 except TypeError:
                     continue
 
-    def _bucket(self, name: str, product: bool, args: Any, kwargs: Any) -> str:
+    def _bucket(self, name: str, product: bool, inputs: list[torch.Tensor]) -> str:
         """Which of the three buckets an op's time goes to (see the class docstring)."""
         if product:
             return PRODUCT
@@ -245,8 +264,7 @@ class OpCounter(TorchDispatchMode):
         # A normalization's weights and running statistics are fp32 parameters it accepts beside a
         # bf16 input (mixed types, bf16 out); elsewhere a 1-d fp32 operand (a bias) promotes to fp32.
         min_dim = 2 if "norm" in name else 1
-        floats = [t for t in tree_leaves((args, kwargs))
-                  if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() >= min_dim]
+        floats = [t for t in inputs if t.is_floating_point() and t.dim() >= min_dim]
         if floats and all(self._would_be_low(t) for t in floats):
             return LOW_PRECISION
         return FULL_PRECISION
@@ -303,18 +321,21 @@ class OpCounter(TorchDispatchMode):
                  elapsed_ns: int) -> None:
         """Put a CPU op's time in its bucket and mark its outputs when autocast would make them bf16.
         On a GPU the host's time around an op is its launch, not its work: nothing is timed."""
-        first = next((t for t in tree_leaves(out) if isinstance(t, torch.Tensor)), None)
+        outputs = tensor_leaves(out)
+        first = outputs[0] if outputs else None
         if first is None or first.device.type != "cpu":
             return
-        bucket = self._bucket(name, product, args, kwargs)
+        # The inputs' tensors, found once for the bucket and the serial test (this runs on every op).
+        inputs = tensor_leaves((args, kwargs))
+        bucket = self._bucket(name, product, inputs)
         self.op_ns[(phase, bucket)] += elapsed_ns
         if attention or _is_attention_shaped(first):
             self.attention_ns[phase] += elapsed_ns
-        if not product and _runs_serially(name, args, kwargs, out):
+        if not product and _runs_serially(name, inputs + outputs):
             self.serial_ns[phase] += elapsed_ns
             self.serial_ops[phase] += 1
         if bucket != FULL_PRECISION:
-            self._mark_low(out)
+            self._mark_low(outputs)
 
     def op_s_by_phase(self) -> dict[str, dict[str, float]]:
         """Seconds inside ops per phase and bucket (CPU runs; empty on a GPU)."""

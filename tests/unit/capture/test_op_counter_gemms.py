@@ -121,3 +121,13 @@ def test_ops_that_run_on_one_thread_are_timed_apart() -> None:
     # In backward only the small multiply is serial: the large one and the product are not.
     assert counter.serial_ops["backward"] == 1
     assert counter.serial_ns["backward"] < sum(ns for (p, _), ns in counter.op_ns.items() if p == "backward")
+
+
+def test_tensor_leaves_finds_every_tensor_in_nested_arguments_in_order():
+    from stave.capture.op_counter import tensor_leaves
+
+    a, b, c = torch.ones(1), torch.ones(2), torch.ones(3)
+    assert tensor_leaves(a) == [a]
+    found = tensor_leaves(((a, [b, 2.0, None]), {"w": c, "n": 3}))
+    assert len(found) == 3 and all(x is y for x, y in zip(found, (a, b, c)))
+    assert tensor_leaves((1, "x", None)) == []

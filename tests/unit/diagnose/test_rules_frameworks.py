@@ -308,6 +308,25 @@ def test_library_call_doing_cpp_work_is_not_python_overhead(tmp_path):
     assert f is not None and "per-element" not in f.fix and "clip_grad_norm_" in f.fix
 
 
+def test_a_loss_computed_once_per_step_is_not_python_overhead(tmp_path):
+    # The polynomial fit of pytorch/examples: the loss and its .item() outside any loop, 18 cheap ops
+    # between the phases. No rewrite removes a loss, and on a CPU .item() waits for nothing.
+    line = "output = F.smooth_l1_loss(fc(batch_x), batch_y); loss = output.item(); output.backward()"
+    rec = library_record(tmp_path, 18, line)
+    rec.stacks.stacks = [[0] for _ in rec.stacks.stacks]  # the samples on the script's line itself
+    rec.probes.op_overhead_ns = 1e6  # each op a dispatch or two: the line's ops are cheap, not C++ work
+    assert run_rule("PYTHON_OVERHEAD", rec) is None
+    # The same line issuing thousands of ops (a call that loops inside) is named.
+    rec.config.aten_ops_by_phase["other"] = 5000
+    assert run_rule("PYTHON_OVERHEAD", rec) is not None
+    # A comprehension or generator over the batch, or a print every step, is removable Python.
+    for removable in ("loss = sum(F.mse_loss(o, t) for o, t in zip(out, y))", 'print(f"loss {loss}")'):
+        assert python_loop.removable_line(removable, False, gpu=False, other_ops=18), removable
+    assert python_loop.removable_line("total += loss.item()", False, gpu=True, other_ops=3)
+    assert not python_loop.removable_line("total += loss.item()", False, gpu=False, other_ops=3)
+    assert not python_loop.logs("logits = model(x); loss = F.log_softmax(logits, -1)")
+
+
 def test_fix_text_fits_the_line(tmp_path):
     assert "per-element" in python_loop.line_fix("a.py:3", "loss = loss + F.mse_loss(o[i], y[i])", True)
     assert "every N steps" in python_loop.line_fix("a.py:3", "total += loss.item()", False)
