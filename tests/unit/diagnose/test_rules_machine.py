@@ -223,6 +223,28 @@ def test_cpu_steal_on_a_vm_is_a_busy_machine_and_named_as_the_hypervisors():
     assert g is not None and "Other processes" in g.title and "taskset" in g.fix
 
 
+def test_machine_busy_prices_the_job_at_the_threads_it_would_run_alone():
+    # Two torch threads on 2 cores, but a burst of steal left the trainer one core's worth (100 %
+    # main process, 0.7 cores stolen, the machine 50 % busy): the measured busy threads are what the
+    # hypervisor left it. Alone, both threads run: giving the cores back is priced above fair share.
+    from stave.analyze.breakdown import summarize_steps
+    from stave.analyze.step_inputs import step_inputs
+    from stave.analyze.step_model import estimate
+
+    rec = healthy_record(workers=[])
+    rec.config = dataclasses.replace(rec.config, cores_usable=2, cores_total=2, torch_threads=2)
+    rec.run = dataclasses.replace(rec.run, cores_usable=2, cores_total=2)
+    rec.host = host_series(rec.steps, cpu_main_pct=100.0, cpu_workers_pct=None, workers_alive=0,
+                           cpu_system_pct=50.0, cpu_steal_pct=35.0)
+    f = run_rule("MACHINE_BUSY", rec)
+    assert f is not None and "hypervisor" in f.title
+    summary = summarize_steps(rec.steps)
+    model = step_inputs(rec, summary)
+    assert model.compute_threads < 1.5  # what was measured
+    measured = estimate(model, model.changed(other_cores=0.0), summary.step_time_mean_s)
+    assert f.est_speedup > measured and f.est_speedup > 1.2
+
+
 def test_the_jobs_other_ranks_on_the_node_are_not_a_busy_machine():
     # A second rank of the same torchrun job holds 1.9 cores: the job, not another job.
     rec = busy_record(other_cores=1.9)

@@ -5,7 +5,8 @@ process is slower than the same step alone, and what each fix would buy shifts w
 finding is said first (it ranks ahead of the job's findings) and marks the run's timing-based
 findings less certain (the engine sets ``certain=False`` on them, see
 :func:`stave.diagnose.engine.run_rules`). The estimate is the step model with the other
-processes' cores given back: what the job would gain on a quiet machine.
+processes' cores given back, and the job's threads at their configured count (what they were
+held to is not what they want): what the job would gain on a quiet machine.
 """
 
 from __future__ import annotations
@@ -37,7 +38,12 @@ def machine_busy(inp: DoctorInput) -> Finding | None:
         return None
     outside = load.outside_job_cores
     quiet = max(0.0, model.other_cores - outside)  # the job's own other ranks stay
-    est = estimate(model, model.changed(other_cores=quiet), summary.step_time_mean_s)
+    # The job's measured busy threads are what the other tenants left it, not what it wants: alone,
+    # its configured threads run (at most one per core). During a burst of steal a 2-thread job read
+    # 0.97 busy threads, priced a quiet machine at 1.00x, and its quiet median step was 1.3x shorter.
+    wants = min(float(load.torch_threads or load.cores), float(load.cores))
+    busy = model.changed(compute_threads=max(model.compute_threads, wants))
+    est = estimate(busy, busy.changed(other_cores=quiet), summary.step_time_mean_s)
     steal = min(outside, load.steal_cores or 0.0)
     if steal >= outside / 2:
         # A VM's hypervisor ran other guests on its cores: no process here to stop.
