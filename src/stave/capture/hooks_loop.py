@@ -172,12 +172,16 @@ class LoopHooks:
 
     # --- install ---
 
-    def _wrap_phase(self, owner: Any, name: str, phase: str, after: Callable[[], None] | None = None) -> None:
+    def _wrap_phase(self, owner: Any, name: str, phase: str, before: Callable[[], None] | None = None,
+                    after: Callable[[], None] | None = None) -> None:
+        """``owner.name`` timed as ``phase``, telling the tracker ``before`` it runs and ``after`` it returns."""
         original = getattr(owner, name)
         tracker = self.tracker
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if before is not None:
+                before()
             owned = tracker.enter(phase)
             try:
                 result = original(*args, **kwargs)
@@ -189,24 +193,6 @@ class LoopHooks:
 
         setattr(owner, name, wrapper)
         self._restore.append(lambda: setattr(owner, name, original))
-
-    def _wrap_zero_grad(self, owner: Any) -> None:
-        """``zero_grad`` as the optimizer phase, telling the tracker first (a hand-written update's
-        step boundary: :meth:`StepTracker.grads_zeroed`)."""
-        original = owner.zero_grad
-        tracker = self.tracker
-
-        @functools.wraps(original)
-        def zero_grad(*args: Any, **kwargs: Any) -> Any:
-            tracker.grads_zeroed()
-            owned = tracker.enter("optimizer")
-            try:
-                return original(*args, **kwargs)
-            finally:
-                tracker.exit(owned)
-
-        owner.zero_grad = zero_grad
-        self._restore.append(lambda: setattr(owner, "zero_grad", original))
 
     def install(self) -> None:
         """Register the hooks and wrappers."""
@@ -221,8 +207,9 @@ class LoopHooks:
         # autograd.grad returns its gradients (a gradient penalty inside the loss).
         self._wrap_phase(torch.autograd, "backward", "backward", after=self.tracker.grads_accumulated)
         self._wrap_phase(torch.autograd, "grad", "backward")
-        self._wrap_zero_grad(torch.optim.Optimizer)
-        self._wrap_zero_grad(torch.nn.Module)
+        # Clearing gradients is a hand-written update's step boundary (StepTracker.grads_zeroed).
+        self._wrap_phase(torch.optim.Optimizer, "zero_grad", "optimizer", before=self.tracker.grads_zeroed)
+        self._wrap_phase(torch.nn.Module, "zero_grad", "optimizer", before=self.tracker.grads_zeroed)
 
     def uninstall(self) -> None:
         """Remove everything :meth:`install` added (in reverse order)."""
