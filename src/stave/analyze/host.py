@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from stave.analyze.stats import median
-from stave.measure.host import HostSample
+from stave.measure.host import HostSample, other_cores
 from stave.measure.record import RunRecord
 
 # A counter counts as "active" in a sample above this rate: a page or two swapped per second is
@@ -132,7 +132,7 @@ def summarize_host(record: RunRecord) -> HostSummary:
         # Only windows inside counted steps: the fallback to any step's samples is the start-up and
         # the end, exactly the windows that cannot tell another process from the job's own edges.
         counted = {s.index for s in record.counted_steps()}
-        others = [v for v in (_other_cores(s, cores) for s in samples if s.step in counted) if v is not None]
+        others = [v for v in (other_cores(s, cores) for s in samples if s.step in counted) if v is not None]
         if len(others) >= MIN_OTHER_CORES_SAMPLES:
             out.other_processes_cores = median(others)
         if out.cpu_steal_pct is not None:
@@ -140,16 +140,6 @@ def summarize_host(record: RunRecord) -> HostSummary:
     ranks = present(samples, lambda s: s.cpu_job_ranks_pct)
     out.job_ranks_cores = median(ranks) / 100.0 if ranks else None
     return out
-
-
-def _other_cores(sample: HostSample, cores_total: int) -> float | None:
-    """Cores busy with processes outside the job in one sample: machine busy minus the job's own,
-    plus the hypervisor's steal (on a VM, other guests ran on these cores: the job could not)."""
-    if sample.cpu_system_pct is None or sample.cpu_main_pct is None:
-        return None
-    own = sample.cpu_main_pct + (sample.cpu_workers_pct or 0.0) + (sample.cpu_children_pct or 0.0)
-    held = sample.cpu_system_pct + (sample.cpu_steal_pct or 0.0)
-    return max(0.0, min(100.0, held) / 100.0 * cores_total - own / 100.0)
 
 
 def _integrate(samples: Sequence[HostSample], rate: Callable[[HostSample], float | None]) -> float | None:

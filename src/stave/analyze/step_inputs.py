@@ -8,6 +8,7 @@ estimates a fix; a rule changes the inputs and asks the model.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from stave.analyze.breakdown import StepSummary
@@ -15,8 +16,10 @@ from stave.analyze.host import HostSummary, summarize_host
 from stave.analyze.loading import main_loading_kept_share, usable_cores
 from stave.analyze.pipeline import summarize_pipeline
 from stave.analyze.step_model import COMPUTE_PHASES, StepInputs, calibrated, contention_factor
+from stave.measure.host import MACHINE_BUSY_MIN_CORES
 from stave.measure.config import PRODUCT
 from stave.measure.record import RunRecord
+from stave.measure.steps import StepRecord
 
 # Above this share of the usable cores busy the machine was saturated: the trainer's threads could
 # not all run, so their measured CPU understates what they want and the configured count is used.
@@ -194,11 +197,6 @@ def compute_threads(load: MachineLoad) -> float:
     return max(1.0, min(configured, load.compute_threads_busy))
 
 
-# Other processes must hold this many cores' worth of the job's usable cores for the machine to count
-# as busy: a quarter of a core is the background of any machine (the monitor, the shell, kernel
-# threads); beyond it another job's work is running on the cores the measurement assumed were the
-# job's (MACHINE_BUSY's threshold).
-MACHINE_BUSY_MIN_CORES = 0.25
 
 
 def oversubscription_penalty(record: RunRecord, summary: StepSummary, serial_s: float,
@@ -212,7 +210,74 @@ def oversubscription_penalty(record: RunRecord, summary: StepSummary, serial_s: 
     (:func:`counted_products_ratio`). Each part shrinks by its own ratio. Without the elementwise
     ratio or a rate, the GEMMs' ratio stands for all.
     """
-    probe_ratio = record.probes.threads_speedup
+    elem_ratio = record.probes.threads_elementwise_speedup
+    clamp = outside_cores is not None and outside_cores < MACHINE_BUSY_MIN_CORES
+    # On cores no other process uses, threads beyond the cores cannot do the same work faster
+    # than one thread per core: the cores are the limit, extra threads add only switches and
+    # barrier waits. A ratio below 1 there is the probe disturbed (the elementwise half read
+    # 0.18, 2.4 and 0.78 on the same script in three runs on a quiet 2-core VM). Beside a busy
+    # process it can be real: more threads win a larger share of the machine.
+    return _pool_penalty(record, summary, serial_s, record.probes.threads_speedup, elem_ratio, clamp)
+
+
+def busy_serial_s(record: RunRecord, serial_s: float) -> float:
+    """The compute's seconds on one thread for the busy-pool pricing: ``serial_s`` (forward and
+    backward's dispatch and serial kernels) plus the optimizer's and the rest of the step's ops
+    under ATen's parallel grain. Those run on the main thread whatever the pool, so they never wait at
+    a barrier; the optimizer's tiny per-parameter ops are most of its ops (66 of 92 for a VAE's Adam)."""
+    by_phase = record.config.serial_op_s_by_phase
+    return serial_s + sum(by_phase.get(p, 0.0) for p in COMPUTE_PHASES if p not in ("forward", "backward"))
+
+
+def busy_pool_penalty(record: RunRecord, summary: StepSummary, serial_s: float) -> float | None:
+    """Beside other busy processes: the parallel compute's time at the script's thread count over at
+    the cores they left free (the busy-threads probe, and the run's own products against the rate
+    timed at the free cores). A pool that fits the usable cores but not the free ones waits at each
+    op's barrier for the thread that shares its core with another process. ``serial_s``: the
+    compute's one-thread seconds (:func:`busy_serial_s`). ``None`` where not probed."""
+    probes = record.probes
+    if not probes.busy_threads_probe or (probes.busy_threads_speedup is None
+                                         and probes.busy_threads_elementwise_speedup is None):
+        return None
+    # Products the probe could not time in its slice: the elementwise ops' ratio stands for them
+    # (unless the run's own products' ratio, which _pool_penalty prefers when larger, is known).
+    gemm = probes.busy_threads_speedup if probes.busy_threads_speedup is not None \
+        else probes.busy_threads_elementwise_speedup
+    return _pool_penalty(record, summary, serial_s, gemm, probes.busy_threads_elementwise_speedup, False)
+
+
+def busy_pool_speed(record: RunRecord, summary: StepSummary, serial_s: float) -> float | None:
+    """How much faster the step's compute phases would run with the intra-op pool at the cores other
+    busy processes left free, beside them (> 1), from :func:`busy_pool_penalty`: the one-thread part
+    (:func:`busy_serial_s`) stays, the rest shrinks by the penalty. ``serial_s``: the step model's
+    (``StepInputs.serial_s``). ``None`` where not probed or no faster."""
+    compute_s = sum(summary.phase_s(p) for p in COMPUTE_PHASES)
+    serial = min(busy_serial_s(record, serial_s), compute_s)
+    penalty = busy_pool_penalty(record, summary, serial)
+    if penalty is None or penalty <= 1.0 or compute_s <= 0:
+        return None
+    after_s = serial + (compute_s - serial) / penalty
+    return compute_s / after_s if after_s > 0 else None
+
+
+def steps_with_compute_sped(steps: list[StepRecord], speed: float) -> list[StepRecord]:
+    """The steps as they would run with their compute phases (host-to-device copy, forward,
+    backward, optimizer and the rest of the step) ``speed`` times faster; data waits and evaluation
+    as measured."""
+    out = []
+    for s in steps:
+        kept = {p: int(getattr(s, f"{p}_ns") / speed) for p in ("h2d", "forward", "backward", "optimizer")}
+        compute = sum(kept.values()) + int(s.other_ns / speed)
+        out.append(dataclasses.replace(s, **{f"{p}_ns": v for p, v in kept.items()},
+                                       end_ns=s.start_ns + s.eval_ns + s.data_wait_ns + compute))
+    return out
+
+
+def _pool_penalty(record: RunRecord, summary: StepSummary, serial_s: float, probe_ratio: float | None,
+                  elem_ratio: float | None, clamp: bool) -> float:
+    """The parallel compute's time at the script's threads over at fewer (the probe's ratios for the
+    products and the elementwise ops, or the run's own products' ratio where larger), each part of the
+    compute shrinking by its own ratio; ``clamp``: no ratio below 1."""
     from_run = counted_products_ratio(record)
     # The probe times the products back to back, the pool kept awake between them. In a step, Python
     # runs between the ops, and libgomp lets an oversized pool's threads sleep after a short spin
@@ -225,13 +290,7 @@ def oversubscription_penalty(record: RunRecord, summary: StepSummary, serial_s: 
     gemm_ratio = run_ratio if use_run else probe_ratio
     if gemm_ratio is None:
         return 1.0
-    elem_ratio = record.probes.threads_elementwise_speedup
-    if outside_cores is not None and outside_cores < MACHINE_BUSY_MIN_CORES:
-        # On cores no other process uses, threads beyond the cores cannot do the same work faster
-        # than one thread per core: the cores are the limit, extra threads add only switches and
-        # barrier waits. A ratio below 1 there is the probe disturbed (the elementwise half read
-        # 0.18, 2.4 and 0.78 on the same script in three runs on a quiet 2-core VM). Beside a busy
-        # process it can be real: more threads win a larger share of the machine.
+    if clamp:
         gemm_ratio = max(1.0, gemm_ratio)
         elem_ratio = max(1.0, elem_ratio) if elem_ratio is not None else None
     rate = record.probes.matmul_flops_per_s or record.probes.fp32_matmul_flops_per_s

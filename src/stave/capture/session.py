@@ -38,6 +38,7 @@ from stave.capture.steps import StepTracker
 from stave.files import atomic_write_json
 from stave.monitor.procfs import minor_faults
 from stave.measure.config import ConfigSnapshot, TensorInfo, training_loader
+from stave.measure.host import outside_job_cores
 from stave.measure.record import RunInfo, RunRecord
 from stave.measure.steps import step_time_s
 from stave.measure.serialize import to_dict
@@ -367,7 +368,7 @@ class DoctorSession:
         probes = run_probes(threads, device, budget_s=budget_s, gemm_shapes=self.config.gemm_shapes,
                             batch_rows=batch_rows(self.config.batch), matmul_shapes=self.config.matmul_shapes,
                             conv_shapes=self.config.conv_shapes, gemm_dtype=self.config.gemm_dtype,
-                            data_wait_s=data_wait_s)
+                            data_wait_s=data_wait_s, outside_cores=self._outside_cores())
         # The optimizer with most parameters: the one whose step the finding would change.
         optimizers = sorted(self.config.optimizers, key=lambda o: -o.params)
         if optimizers:
@@ -381,6 +382,14 @@ class DoctorSession:
         self._probe_attention(probes, device)
         self._probe_shared_memory(probes)
         return probes
+
+    def _outside_cores(self) -> float | None:
+        """Cores other processes held on the job's cores during its counted steps (the probes run
+        beside them too: where they left fewer cores than the pool's threads, the probes time that)."""
+        counted = {s.index for s in self._record.counted_steps()}
+        samples = [h for h in self._record.host if h.step in counted]
+        total = self._record.run.cores_total or self._record.config.cores_total or dev.usable_cores()
+        return outside_job_cores(samples, total, dev.usable_cores())
 
     def _probe_shared_memory(self, probes: Any) -> None:
         """What a batch costs to come through a worker's shared memory: after main-process loading,

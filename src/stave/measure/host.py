@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 
@@ -45,3 +46,36 @@ class HostSample:
     cuda_allocated_bytes: int | None = None
     cuda_peak_bytes: int | None = None
     step: int = -1
+
+
+# Other processes must hold this many cores' worth of the job's usable cores for the machine to count
+# as busy: a quarter of a core is the background of any machine (the monitor, the shell, kernel
+# threads); beyond it another job's work is running on the cores the measurement assumed were the
+# job's (MACHINE_BUSY's threshold, and the post-run probes' cue to time the pool at the cores left).
+MACHINE_BUSY_MIN_CORES = 0.25
+
+
+def other_cores(sample: HostSample, cores_total: int) -> float | None:
+    """Cores busy with processes outside this process's tree in one sample: machine busy minus the
+    trainer's own tree, plus the hypervisor's steal (on a VM, other guests ran on these cores: the
+    job could not). The job's other ranks on the node are among them (``cpu_job_ranks_pct``)."""
+    if sample.cpu_system_pct is None or sample.cpu_main_pct is None:
+        return None
+    own = sample.cpu_main_pct + (sample.cpu_workers_pct or 0.0) + (sample.cpu_children_pct or 0.0)
+    held = sample.cpu_system_pct + (sample.cpu_steal_pct or 0.0)
+    return max(0.0, min(100.0, held) / 100.0 * cores_total - own / 100.0)
+
+
+def outside_job_cores(samples: list[HostSample], cores_total: int, cores_usable: int) -> float | None:
+    """Median cores that processes outside the job held on the cores it may use, over ``samples``
+    (the counted steps'): other processes fill the cores the job may not use first, and the job's
+    other ranks on the node are the job. ``None`` with fewer than three readings (the first and last
+    windows alone cannot tell another process from the job's own start and end)."""
+    values = []
+    for s in samples:
+        held = other_cores(s, cores_total)
+        if held is not None:
+            values.append(held - (s.cpu_job_ranks_pct or 0.0) / 100.0)
+    if len(values) < 3:
+        return None
+    return max(0.0, statistics.median(values) - max(0, cores_total - cores_usable))

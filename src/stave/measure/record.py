@@ -151,6 +151,15 @@ class ProbeResults:
     # A shape's pairs spread beyond what a quiet core shows even after a repeat (other load): its
     # median was kept, and the fixed share is marked less certain rather than dropped.
     gemm_scale_disturbed: bool = False
+    # After a run beside other busy processes (they held at least MACHINE_BUSY_MIN_CORES of its
+    # cores): the step's products and the elementwise ops on their outputs at the script's thread
+    # count over at the cores those processes left free, timed beside them (monitor/probes.py). A
+    # pool that outnumbers the free cores waits at every op's barrier for the thread sharing a core
+    # with them. ``busy_threads_probe``: [threads, free cores]. The rate and batch-scaling probes
+    # then run at the free cores too.
+    busy_threads_speedup: float | None = None
+    busy_threads_elementwise_speedup: float | None = None
+    busy_threads_probe: list[int] = field(default_factory=list)
 
 
 @dataclass

@@ -24,6 +24,7 @@ and they restore every torch setting they touch, so the user's results are uncha
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import statistics
 import subprocess
@@ -36,6 +37,7 @@ import torch
 
 from stave import device as dev
 from stave.measure.config import ConvShape
+from stave.measure.host import MACHINE_BUSY_MIN_CORES
 from stave.measure.record import ProbeResults
 
 log = logging.getLogger(__name__)
@@ -67,9 +69,10 @@ MAX_STARTUP_S = 2.0
 # Budget shares of the probes (renormalized over those that run). The thread probe, which only runs
 # when the pool exceeds the cores, switches thread pools (the first calls after a switch are slow),
 # times each of the step's GEMM shapes and their outputs at two thread counts, and one call of an
-# oversubscribed pool takes several times its normal time: it gets the largest share.
-_SHARES = {"bf16": 0.45, "rate": 0.45, "batch_scale": 0.3, "threads": 1.2, "neighbour": 0.9, "spin": 0.3, "wake": 0.6,
-           "overhead": 0.15}
+# oversubscribed pool takes several times its normal time: it gets the largest share. The busy-threads
+# probe (beside other busy processes) times the same work at two thread counts: the same share.
+_SHARES = {"bf16": 0.45, "rate": 0.45, "batch_scale": 0.3, "threads": 1.2, "busy_threads": 1.2, "neighbour": 0.9,
+           "spin": 0.3, "wake": 0.6, "overhead": 0.15}
 # The batch-scaling probe times each of the step's GEMM shapes at its batch rows and at this many
 # times them: wide enough apart that the line through the two times separates the per-call cost
 # from the per-row cost, while the larger operand stays a training-sized GEMM. 8x is also a
@@ -847,10 +850,19 @@ _PROBE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16"
                  "float64": torch.float64}
 
 
+def free_cores(cores: int, outside_cores: float | None) -> int:
+    """The usable cores other processes left free (whole cores, at least one): all of them unless
+    they held at least ``MACHINE_BUSY_MIN_CORES`` (a machine's background is not another job)."""
+    if outside_cores is None or outside_cores < MACHINE_BUSY_MIN_CORES:
+        return cores
+    return max(1, min(cores, math.floor(cores - outside_cores + 0.5)))
+
+
 def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float = 2.0,
                gemm_shapes: list[list[int]] | None = None, batch_rows: set[int] | None = None,
                matmul_shapes: list[list[int]] | None = None, conv_shapes: list[ConvShape] | None = None,
-               gemm_dtype: str | None = None, data_wait_s: float | None = None) -> ProbeResults:
+               gemm_dtype: str | None = None, data_wait_s: float | None = None,
+               outside_cores: float | None = None) -> ProbeResults:
     """Run the post-run probes within about ``budget_s`` seconds and return what they measured.
 
     ``torch_threads`` is the thread count the script ran with; ``gemm_shapes`` the step's own
@@ -862,7 +874,12 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
     FLOP rate is measured in bf16). ``batch_rows`` the sizes a dimension has when it is the
     micro-batch (its samples, its tokens), which the batch-scaling probe grows. ``data_wait_s``: the
     run's median wait for data per step, after which the wake probe times the pool's wake-up
-    (CPU runs whose pool fits the cores and whose steps waited). Probes that do not
+    (CPU runs whose pool fits the cores and whose steps waited). ``outside_cores``: the cores other
+    processes held during the run (median); where they held a real share (``MACHINE_BUSY_MIN_CORES``)
+    and left fewer free cores than the pool's threads, the busy-threads probe times the step's work
+    at the pool's count over at the free cores, beside them, and the rate and batch-scaling probes run
+    at the free cores (what a barrier waiting on a shared core adds to each call is the other
+    processes' cost, MACHINE_BUSY's, not the batch's). Probes that do not
     apply (bf16 on a CPU without native bf16, threads when the script did not oversubscribe) are
     left ``None``.
     """
@@ -882,6 +899,14 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
         planned.append("batch_scale")
     if torch_threads > cores:
         planned.append("threads")
+    free = free_cores(cores, outside_cores)
+    # The pool the rate and batch-scaling probes time: no more threads than cores, and where other
+    # processes left fewer cores than a pool that fits them, the free ones (an oversized pool beside
+    # them keeps the cores: THREAD_OVERSUBSCRIPTION's fix is priced at one thread per core).
+    pool = max(1, min(torch_threads, cores))
+    if not dev.is_cuda(device) and free < torch_threads <= cores:
+        planned.append("busy_threads")
+        pool = free
     if not dev.is_cuda(device):
         planned.append("neighbour")
         if 1 < torch_threads <= cores:
@@ -889,6 +914,12 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
             if data_wait_s is not None and data_wait_s >= WAKE_FIRST_WAIT_S:
                 planned.append("wake")
     total_share = sum(_SHARES[p] for p in planned)
+    if "busy_threads" in planned:
+        # Its own time on top of the budget, not the others' slices; and the probes that time the
+        # step's products at the free cores' threads get the longer calls' time (up to threads/free
+        # times the pool's): a batch-scaling probe starved beside busy processes dropped SMALL_BATCH
+        # from the run (its 8x-batch calls did not fit twice in the slice).
+        budget_s *= total_share / (total_share - _SHARES["busy_threads"]) * torch_threads / free
     out = ProbeResults()
     saved_threads = torch.get_num_threads()
     gen = torch.Generator(device=device)
@@ -901,7 +932,8 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
     spent_share = 0.0
     try:
         with torch.no_grad():
-            for name in ("bf16", "rate", "batch_scale", "threads", "neighbour", "spin", "wake", "overhead"):
+            for name in ("bf16", "rate", "batch_scale", "threads", "busy_threads", "neighbour", "spin", "wake",
+                         "overhead"):
                 if name not in planned:
                     continue
                 spent_share += _SHARES[name] / total_share
@@ -937,7 +969,7 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                     # At no more threads than cores, as batch_scale: the FLOP rate is the cores'; an
                     # oversized pool's calls are THREAD_OVERSUBSCRIPTION's to price (and would take
                     # that probe's budget: 0.3 s a convolution at 16 threads on 2 cores).
-                    torch.set_num_threads(max(1, min(torch_threads, cores)))
+                    torch.set_num_threads(pool)
                     own_end = time.perf_counter() + OWN_SHAPES_SHARE * max(0.0, deadline - time.perf_counter())
                     rate = _own_shapes_probe(work, device, own_end, high=job_dtype, low=job_dtype) if work else None
                     flops_per_s = rate.fp32_flops_per_s if rate is not None else None
@@ -954,7 +986,7 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                 elif name == "batch_scale":
                     # At no more threads than cores: the per-call cost an oversized pool adds is
                     # THREAD_OVERSUBSCRIPTION's (one cause, one finding), not the batch's.
-                    torch.set_num_threads(max(1, min(torch_threads, cores)))
+                    torch.set_num_threads(pool)
                     scale = _batch_scale_probe(gemm_shapes or [], batch_rows or set(), device, gen, deadline, job_dtype)
                     torch.set_num_threads(saved_threads)
                     if scale is not None:
@@ -971,6 +1003,13 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                         out.threads_elementwise_speedup = threads.elementwise_ratio
                         out.threads_probe_source = threads.source
                     out.threads_probe = [torch_threads, cores]
+                elif name == "busy_threads":
+                    busy = _threads_probe(torch_threads, free, cpu_gen, deadline, gemm_shapes, job_dtype,
+                                          work if any(w.convolution for w in work) else None)
+                    if busy is not None:
+                        out.busy_threads_speedup = busy.gemm_ratio
+                        out.busy_threads_elementwise_speedup = busy.elementwise_ratio
+                    out.busy_threads_probe = [torch_threads, free]
                 elif name == "neighbour":
                     neighbour = _neighbour_probe(torch_threads, cpu_gen, deadline, work, job_dtype)
                     if neighbour is not None:

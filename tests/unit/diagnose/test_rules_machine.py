@@ -326,3 +326,77 @@ def test_irregular_stalls_on_a_busy_machine_are_the_machines():
     busy.host = host_series(busy.steps, cpu_system_pct=(2.1 + 1.9) / 4 * 100.0)
     assert run_rule("MACHINE_BUSY", busy) is not None
     assert run_rule("STEP_OUTLIERS", busy) is None
+
+
+def busy_pool_record(busy_gemm: float | None, busy_elem: float | None, probe: list[int] | None = None):
+    """A 2-thread pool on 2 cores beside a process holding one of them (the VAE trial beside a hog:
+    each parallel op waited at its barrier for the thread sharing a core with it)."""
+    rec = healthy_record(workers=[])
+    rec.config = dataclasses.replace(rec.config, cores_usable=2, cores_total=2, torch_threads=2)
+    rec.run = dataclasses.replace(rec.run, cores_usable=2, cores_total=2)
+    rec.host = host_series(rec.steps, cpu_main_pct=100.0, cpu_workers_pct=None, workers_alive=0, cpu_system_pct=100.0)
+    rec.probes = ProbeResults(op_overhead_ns=3000.0, busy_threads_speedup=busy_gemm,
+                              busy_threads_elementwise_speedup=busy_elem,
+                              busy_threads_probe=[2, 1] if probe is None else probe)
+    return rec
+
+
+def test_machine_busy_names_fewer_threads_where_the_pool_outnumbers_the_free_cores():
+    rec = busy_pool_record(busy_gemm=4.0, busy_elem=8.0)
+    f = run_rule("MACHINE_BUSY", rec)
+    assert f is not None and "Other processes" in f.title
+    assert "torch.set_num_threads(1)" in f.fix and "4.0x" not in f.title
+    est_threads = f.evidence["fewer_threads_est"]
+    assert est_threads is not None and est_threads > 1.5
+    # A quiet machine gives the job at least the free core with nothing to wait for: a floor.
+    assert f.est_speedup >= est_threads
+    # The same run without the probe: the quiet estimate alone, no thread advice.
+    bare = busy_pool_record(None, None, probe=[])
+    g = run_rule("MACHINE_BUSY", bare)
+    assert g is not None and "set_num_threads" not in g.fix and "fewer_threads_est" not in g.evidence
+    assert g.est_speedup < f.est_speedup
+    # The probe found fewer threads no faster beside them: nothing to advise.
+    h = run_rule("MACHINE_BUSY", busy_pool_record(busy_gemm=0.9, busy_elem=1.0))
+    assert h is not None and "set_num_threads" not in h.fix and h.evidence["fewer_threads_est"] is None
+
+
+def test_busy_pool_pricing_keeps_the_ops_under_the_parallel_grain_at_one_thread():
+    """The optimizer's per-parameter ops under ATen's grain run on the main thread at any pool size:
+    they never wait at a barrier, so a larger serial share means a smaller fewer-threads estimate."""
+    from stave.analyze.step_inputs import busy_pool_penalty, busy_pool_speed, busy_serial_s
+
+    rec = busy_pool_record(busy_gemm=4.0, busy_elem=8.0)
+    summary = summarize_steps(rec.steps)
+    model = step_inputs(rec, summary)
+    base = busy_serial_s(rec, model.serial_s)
+    rec.config = dataclasses.replace(rec.config, serial_op_s_by_phase={"optimizer": 0.004, "forward": 0.5})
+    # Forward's serial ops are in serial_s already (fixed_and_serial_s): only the other phases are added.
+    assert busy_serial_s(rec, model.serial_s) == pytest.approx(base + 0.004)
+    assert busy_pool_penalty(rec, summary, base) == pytest.approx(4.0)  # no rate: the products' ratio for all
+    loose = busy_pool_speed(dataclasses.replace(rec, config=dataclasses.replace(rec.config, serial_op_s_by_phase={})),
+                            summary, model.serial_s)
+    tight = busy_pool_speed(rec, summary, model.serial_s)
+    assert loose is not None and tight is not None and 1.0 < tight < loose < 4.0
+    assert busy_pool_penalty(busy_pool_record(None, None, probe=[]), summary, base) is None
+
+
+def test_small_batch_is_priced_on_the_step_at_the_free_cores():
+    """Beside busy processes the barrier waits are MACHINE_BUSY's: SMALL_BATCH sees the compute as
+    the busy-threads probe says it would run at the free cores, the data waits as measured."""
+    from stave.analyze.step_inputs import steps_with_compute_sped
+    from stave.diagnose.inputs import DoctorInput
+    from stave.diagnose.rules.batch import _at_free_cores
+
+    rec = busy_pool_record(busy_gemm=4.0, busy_elem=8.0)
+    sped = steps_with_compute_sped(rec.steps, 4.0)
+    for before, after in zip(rec.steps, sped):
+        assert after.data_wait_ns == before.data_wait_ns and after.eval_ns == before.eval_ns
+        assert after.forward_ns == before.forward_ns // 4 and after.other_ns == pytest.approx(before.other_ns / 4, abs=2)
+        assert after.duration_ns == pytest.approx(before.data_wait_ns + (before.duration_ns - before.data_wait_ns) / 4, abs=8)
+    summary = summarize_steps(rec.steps)
+    moved = _at_free_cores(DoctorInput(rec, summary))
+    assert moved.summary.step_time_median_s < summary.step_time_median_s
+    assert moved.summary.phase_s("data_wait") == pytest.approx(summary.phase_s("data_wait"))
+    quiet = busy_pool_record(None, None, probe=[])
+    same = DoctorInput(quiet, summarize_steps(quiet.steps))
+    assert _at_free_cores(same) is same

@@ -395,3 +395,23 @@ def test_a_single_process_run_has_no_job_ranks() -> None:
     c.baseline()
     clock.t += 0.1
     assert c.sample(0, 0).cpu_job_ranks_pct is None
+
+
+def test_cores_held_outside_the_job_over_its_samples() -> None:
+    """What the probes are told other processes held: the machine's busy cores less the job's tree
+    and its other ranks, the cores the job may not use filled first, a median of three or more."""
+    from stave.measure.host import HostSample, other_cores, outside_job_cores
+
+    def sample(system: float, main: float = 100.0, ranks: float | None = None, steal: float | None = None):
+        return HostSample(t_ns=0, cpu_system_pct=system, cpu_main_pct=main, cpu_job_ranks_pct=ranks,
+                          cpu_steal_pct=steal)
+
+    assert other_cores(HostSample(t_ns=0), 2) is None
+    assert other_cores(sample(100.0), 2) == pytest.approx(1.0)
+    assert other_cores(sample(50.0, steal=25.0), 2) == pytest.approx(0.5)  # steal: cores the job could not have
+    busy = [sample(100.0), sample(95.0), sample(100.0)]
+    assert outside_job_cores(busy, 2, 2) == pytest.approx(1.0)
+    assert outside_job_cores(busy[:2], 2, 2) is None  # two windows may be the run's own edges
+    assert outside_job_cores([sample(100.0, ranks=100.0)] * 3, 2, 2) == pytest.approx(0.0)  # the job's other rank
+    # On 4 cores with 2 usable (affinity), another job's 2 cores are off the job's cores.
+    assert outside_job_cores([sample(75.0)] * 3, 4, 2) == pytest.approx(0.0)

@@ -500,3 +500,29 @@ def test_neighbour_probe_times_a_share_of_a_call_too_slow_for_its_slice() -> Non
     assert got is not None and got[1] == "own_shapes"
     assert got[0] == pytest.approx(1.0, abs=0.5)  # a sleep does not compete for a core
     assert min(shares) == min(probes.NEIGHBOUR_PROBE_CUTS) and max(shares) < 1.0
+
+
+def test_free_cores_are_the_usable_ones_less_what_other_processes_held() -> None:
+    assert probes.free_cores(2, None) == 2
+    assert probes.free_cores(2, 0.2) == 2  # a machine's background, not another job
+    assert probes.free_cores(2, 0.94) == 1
+    assert probes.free_cores(4, 1.6) == 2
+    assert probes.free_cores(2, 2.0) == 1  # at least one: the job ran on something
+
+
+def test_beside_busy_processes_the_pool_is_also_timed_at_the_free_cores(monkeypatch) -> None:
+    """A pool that fits the usable cores but not the free ones: the busy-threads probe times the
+    step's products at both counts, and the rate probe runs at the free cores."""
+    monkeypatch.setattr(dev, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(dev, "usable_cores", lambda: 2)
+    shapes = [[1, 16, 256, 256, 2 * 16 * 256 * 256 * 4]]
+    busy = run_probes(2, "cpu", budget_s=0.6, gemm_shapes=shapes, outside_cores=1.0)
+    assert busy.busy_threads_probe == [2, 1]
+    assert busy.busy_threads_speedup is not None or busy.busy_threads_elementwise_speedup is not None
+    assert busy.matmul_rate_threads == 1
+    quiet = run_probes(2, "cpu", budget_s=0.6, gemm_shapes=shapes, outside_cores=0.1)
+    assert quiet.busy_threads_probe == [] and quiet.busy_threads_speedup is None
+    assert quiet.matmul_rate_threads == 2
+    # An oversized pool is THREAD_OVERSUBSCRIPTION's probe, at one thread per core, busy or not.
+    over = run_probes(8, "cpu", budget_s=0.6, gemm_shapes=shapes, outside_cores=1.0)
+    assert over.busy_threads_probe == [] and over.threads_probe == [8, 2] and over.matmul_rate_threads == 2
