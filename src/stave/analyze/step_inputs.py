@@ -197,8 +197,6 @@ def compute_threads(load: MachineLoad) -> float:
     return max(1.0, min(configured, load.compute_threads_busy))
 
 
-
-
 def oversubscription_penalty(record: RunRecord, summary: StepSummary, serial_s: float,
                              outside_cores: float | None = None) -> float:
     """The parallel compute's time at the script's thread count over at one thread per core.

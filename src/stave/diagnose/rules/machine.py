@@ -98,12 +98,12 @@ def machine_busy(inp: DoctorInput) -> Finding | None:
                "# then run stave doctor again to confirm the findings below.")
     changed: dict[str, object] = {"other_cores": [model.other_cores, quiet]}
     if threads_fix is not None:
-        free, penalty, est_threads = threads_fix
+        free, speed, est_threads = threads_fix
         threads = load.torch_threads or load.cores
         fix += (f"\n# While it must run beside them: torch.set_num_threads({free})  # the cores they leave free;"
-                f"\n#   the step's compute would run {penalty:.1f}x faster at {free} than at {threads} threads beside them"
+                f"\n#   the step's compute would run {speed:.1f}x faster at {free} than at {threads} threads beside them"
                 f" (est. {est_threads:.2f}x)")
-        changed["phase_speed (compute, at the free cores' threads)"] = [1.0, round(penalty, 3)]
+        changed["phase_speed (compute, at the free cores' threads)"] = [1.0, round(speed, 3)]
     return make_finding(
         "MACHINE_BUSY",
         est,
