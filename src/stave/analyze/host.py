@@ -12,18 +12,12 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from stave.analyze.stats import median
-from stave.measure.host import HostSample, other_cores
+from stave.measure.host import MIN_OTHER_CORES_SAMPLES, HostSample, other_cores, other_cores_readings
 from stave.measure.record import RunRecord
 
 # A counter counts as "active" in a sample above this rate: a page or two swapped per second is
 # the kernel's background housekeeping, not a process that does not fit in memory.
 SWAP_ACTIVE_BYTES_PER_S = 64 * 1024
-# Other processes' cores are the median over at least three sampler windows taken inside counted
-# steps (~0.3 s of them). A shorter run has one or two, and windows outside the counted steps
-# straddle the run's edges: the script's start-up, its warm-up, or the doctor's own work after the
-# last step (its probes run in a child process, which reads as another process). A median of three
-# outvotes one disturbed window; fewer say nothing.
-MIN_OTHER_CORES_SAMPLES = 3
 
 
 @dataclass
@@ -129,10 +123,9 @@ def summarize_host(record: RunRecord) -> HostSummary:
     out.disk_read_total_bytes = _integrate(samples, lambda s: s.disk_read_bytes_per_s)
     cores = record.run.cores_total or record.config.cores_total
     if cores:
-        # Only windows inside counted steps: the fallback to any step's samples is the start-up and
-        # the end, exactly the windows that cannot tell another process from the job's own edges.
         counted = {s.index for s in record.counted_steps()}
-        others = [v for v in (other_cores(s, cores) for s in samples if s.step in counted) if v is not None]
+        readings = other_cores_readings(record.host, counted)
+        others = [v for v in (other_cores(s, cores) for s in readings) if v is not None]
         if len(others) >= MIN_OTHER_CORES_SAMPLES:
             out.other_processes_cores = median(others)
         if out.cpu_steal_pct is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from stave.analyze.breakdown import StepSummary
+from stave.analyze.breakdown import StepSummary, summarize_steps
 from stave.analyze.host import HostSummary, summarize_host
 from stave.analyze.loading import main_loading_kept_share, usable_cores
 from stave.analyze.pipeline import summarize_pipeline
@@ -27,6 +27,10 @@ SATURATED_SHARE = 0.9
 # A pinned copy reads and writes every byte once on one core; a core's memcpy bandwidth is of this
 # order (DRAM and cache, 5-20 GB/s on current servers); the low end keeps the pin cost an upper bound.
 PIN_COPY_BYTES_PER_S = 5e9
+# An op too small for its size to matter costs at most ten bare dispatches: the dispatch, its
+# autograd node, the module call and the backward counterpart are a few (SMALL_BATCH's op-bound test,
+# and the ceiling on such ops beside busy processes: busy_op_bound_s).
+OP_BOUND_MAX_DISPATCHES = 10.0
 
 
 @dataclass(frozen=True)
@@ -245,29 +249,81 @@ def busy_pool_penalty(record: RunRecord, summary: StepSummary, serial_s: float) 
 
 
 def busy_pool_speed(record: RunRecord, summary: StepSummary, serial_s: float) -> float | None:
-    """How much faster the step's compute phases would run with the intra-op pool at the cores other
-    busy processes left free, beside them (> 1), from :func:`busy_pool_penalty`: the one-thread part
-    (:func:`busy_serial_s`) stays, the rest shrinks by the penalty. ``serial_s``: the step model's
-    (``StepInputs.serial_s``). ``None`` where not probed or no faster."""
+    """How much faster the step's compute phases would run, all together, with the intra-op pool at
+    the cores other busy processes left free, beside them (> 1): :func:`busy_phase_speeds` over the
+    compute's seconds. ``None`` where not probed or no faster."""
+    speeds = busy_phase_speeds(record, summary, serial_s)
+    if speeds is None:
+        return None
+    before = sum(summary.phase_s(p) for p in COMPUTE_PHASES)
+    after = sum(summary.phase_s(p) / speeds[p] for p in COMPUTE_PHASES)
+    return before / after if 0 < after < before else None
+
+
+def busy_phase_speeds(record: RunRecord, summary: StepSummary, serial_s: float) -> dict[str, float] | None:
+    """Per compute phase, how much faster it would run (mean seconds) with the intra-op pool at the
+    free cores beside the other busy processes: :func:`steps_at_free_cores` against the steps as
+    measured. ``serial_s``: the step model's (``StepInputs.serial_s``). ``None`` where not probed or
+    no faster."""
+    steps = steps_at_free_cores(record, summary, serial_s)
+    if steps is None:
+        return None
+    after = summarize_steps(steps)
+    speeds = {p: (summary.phase_s(p) / after.phase_s(p) if after.phase_s(p) > 0 else 1.0) for p in COMPUTE_PHASES}
+    return speeds if any(v > 1.0 for v in speeds.values()) else None
+
+
+def steps_at_free_cores(record: RunRecord, summary: StepSummary, serial_s: float) -> list[StepRecord] | None:
+    """The steps as they would run with the intra-op pool at the cores other busy processes
+    left free, beside them, from :func:`busy_pool_penalty`: in each compute phase the one-thread part
+    (:func:`busy_serial_s`) stays and the rest shrinks by the penalty; and no step's phase of ops too
+    small for their size to matter takes longer than :func:`busy_op_bound_s` allows (step by step:
+    the waits come and go, and a ratio of means would leave the slow steps slow). Data waits and
+    evaluation as measured. ``None`` where not probed."""
     compute_s = sum(summary.phase_s(p) for p in COMPUTE_PHASES)
     serial = min(busy_serial_s(record, serial_s), compute_s)
     penalty = busy_pool_penalty(record, summary, serial)
-    if penalty is None or penalty <= 1.0 or compute_s <= 0:
+    if penalty is None or compute_s <= 0:
         return None
-    after_s = serial + (compute_s - serial) / penalty
-    return compute_s / after_s if after_s > 0 else None
-
-
-def steps_with_compute_sped(steps: list[StepRecord], speed: float) -> list[StepRecord]:
-    """The steps as they would run with their compute phases (host-to-device copy, forward,
-    backward, optimizer and the rest of the step) ``speed`` times faster; data waits and evaluation
-    as measured."""
+    after_s = serial + (compute_s - serial) / max(1.0, penalty)
+    common = compute_s / after_s if after_s > 0 else 1.0
+    bounds_ns = {p: int(v * 1e9) for p, v in (busy_op_bound_s(record) or {}).items()}
     out = []
-    for s in steps:
-        kept = {p: int(getattr(s, f"{p}_ns") / speed) for p in ("h2d", "forward", "backward", "optimizer")}
-        compute = sum(kept.values()) + int(s.other_ns / speed)
-        out.append(dataclasses.replace(s, **{f"{p}_ns": v for p, v in kept.items()},
-                                       end_ns=s.start_ns + s.eval_ns + s.data_wait_ns + compute))
+    for s in record.steps:
+        phases = {}
+        for p in COMPUTE_PHASES:
+            ns = int(s.phase_ns(p) / common)
+            phases[p] = min(ns, bounds_ns[p]) if p in bounds_ns else ns
+        measured = {f"{p}_ns": v for p, v in phases.items() if p != "other"}
+        out.append(dataclasses.replace(s, **measured,
+                                       end_ns=s.start_ns + s.eval_ns + s.data_wait_ns + sum(phases.values())))
+    return out
+
+
+def busy_op_bound_s(record: RunRecord) -> dict[str, float] | None:
+    """Per compute phase, its seconds with nothing to wait for where every op but the products touched
+    fewer tensor elements than ATen's parallel grain: each op costs at most
+    :data:`OP_BOUND_MAX_DISPATCHES` dispatches, the products their FLOPs at the rate timed at the free
+    cores. Such ops do no work that could take longer; beside a busy process a pool larger than the
+    free cores made them take far longer all the same (log_softmax, nll_loss's backward and Adam's
+    sqrt enter the pool at any size: a batch-2 MLP's ops took 0.2-1.4 ms each beside one busy loop at
+    2 threads, its step 10x longer than at 1 thread, which the probe's products and elementwise ops,
+    1.0x and 2.2x, did not show). ``None`` where an op over the grain ran in a compute phase (its
+    work can grow with the data) or the ops were not counted."""
+    cfg = record.config
+    overhead = record.probes.op_overhead_ns
+    if cfg.large_ops_by_phase is None or overhead is None or overhead <= 0:
+        return None
+    if any(cfg.large_ops_by_phase.get(p, 0) for p in COMPUTE_PHASES):
+        return None
+    rate = record.probes.matmul_flops_per_s or record.probes.fp32_matmul_flops_per_s
+    ops = cfg.aten_ops_by_phase or {}
+    out = {}
+    for p in COMPUTE_PHASES:
+        flops = cfg.flops_by_phase.get(p, 0)
+        if ops.get(p, 0) <= 0 or (flops and not rate):
+            continue
+        out[p] = ops[p] * OP_BOUND_MAX_DISPATCHES * overhead / 1e9 + (flops / rate if flops else 0.0)
     return out
 
 

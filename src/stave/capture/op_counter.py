@@ -239,6 +239,9 @@ class OpCounter(TorchDispatchMode):
         # pool (random-number kernels, ops under ATen's parallel grain; products excluded).
         self.serial_ns: Counter[str] = Counter()
         self.serial_ops: Counter[str] = Counter()
+        # CPU only: calls per phase of the other ops, products excluded, that touch a tensor at or over
+        # ATen's grain (their work can grow with the data however few FLOPs they count).
+        self.large_ops: Counter[str] = Counter()
         # Tensors that would be bf16 under autocast (by id, with a weak reference to tell a reused id).
         self._low: dict[int, weakref.ref] = {}
         self.formula_errors = 0
@@ -334,6 +337,8 @@ class OpCounter(TorchDispatchMode):
         if not product and _runs_serially(name, inputs + outputs):
             self.serial_ns[phase] += elapsed_ns
             self.serial_ops[phase] += 1
+        elif not product and any(t.numel() >= PARALLEL_GRAIN_ELEMENTS for t in inputs + outputs):
+            self.large_ops[phase] += 1
         if bucket != FULL_PRECISION:
             self._mark_low(outputs)
 

@@ -38,7 +38,7 @@ from stave.capture.steps import StepTracker
 from stave.files import atomic_write_json
 from stave.monitor.procfs import minor_faults
 from stave.measure.config import ConfigSnapshot, TensorInfo, training_loader
-from stave.measure.host import outside_job_cores
+from stave.measure.host import other_cores_readings, outside_job_cores
 from stave.measure.record import RunInfo, RunRecord
 from stave.measure.steps import step_time_s
 from stave.measure.serialize import to_dict
@@ -248,6 +248,7 @@ class DoctorSession:
         self.config.op_s_by_phase = counter.op_s_by_phase()
         self.config.serial_op_s_by_phase = {k: v / 1e9 for k, v in counter.serial_ns.items()}
         self.config.serial_ops_by_phase = dict(counter.serial_ops)
+        self.config.large_ops_by_phase = dict(counter.large_ops)
 
     def _profile_step(self, index: int) -> None:
         n = self.options.profile_steps
@@ -387,7 +388,7 @@ class DoctorSession:
         """Cores other processes held on the job's cores during its counted steps (the probes run
         beside them too: where they left fewer cores than the pool's threads, the probes time that)."""
         counted = {s.index for s in self._record.counted_steps()}
-        samples = [h for h in self._record.host if h.step in counted]
+        samples = other_cores_readings(self._record.host, counted)
         total = self._record.run.cores_total or self._record.config.cores_total or dev.usable_cores()
         return outside_job_cores(samples, total, dev.usable_cores())
 

@@ -184,6 +184,9 @@ class ConfigSnapshot:
     # the intra-op pool (random-number kernels such as dropout's mask, ops under ATen's parallel grain).
     serial_op_s_by_phase: dict[str, float] = field(default_factory=dict)
     serial_ops_by_phase: dict[str, int] = field(default_factory=dict)
+    # CPU runs: calls per phase of the counted step's ops, products excluded, that touch a tensor of at
+    # least ATen's grain (32768 elements). ``None``: not counted (a GPU run, or a record from before).
+    large_ops_by_phase: dict[str, int] | None = None
     # torch.compile (only when the script imported dynamo): frames compiled and seconds compiling,
     # in all and during the counted steps (after warm-up), and the first guard-failure reasons.
     compile_frames: int | None = None

@@ -53,6 +53,9 @@ class HostSample:
 # threads); beyond it another job's work is running on the cores the measurement assumed were the
 # job's (MACHINE_BUSY's threshold, and the post-run probes' cue to time the pool at the cores left).
 MACHINE_BUSY_MIN_CORES = 0.25
+# Other processes' cores are the median over at least three sampler windows: a median of three
+# outvotes one disturbed window; fewer say nothing.
+MIN_OTHER_CORES_SAMPLES = 3
 
 
 def other_cores(sample: HostSample, cores_total: int) -> float | None:
@@ -66,16 +69,32 @@ def other_cores(sample: HostSample, cores_total: int) -> float | None:
     return max(0.0, min(100.0, held) / 100.0 * cores_total - own / 100.0)
 
 
+def other_cores_readings(samples: list[HostSample], counted: set[int]) -> list[HostSample]:
+    """The readings that tell what other processes held while the loop ran: those taken inside the
+    counted steps, where there are :data:`MIN_OTHER_CORES_SAMPLES` of them. A short run has fewer
+    (ten steps of 2 ms fit inside one ~0.1 s window, and beside a busy loop a batch-2 MLP's fifteen
+    steps left one reading: the machine looked idle and MACHINE_BUSY went unnamed); then the
+    readings of the warm-up and counted steps, but for the loop's first (its start-up's edge). None
+    after the last counted step: the doctor's probes run there, in a child process that reads as
+    another process."""
+    inside = [s for s in samples if s.step in counted]
+    if len(inside) >= MIN_OTHER_CORES_SAMPLES or not counted:
+        return inside
+    last = max(counted)
+    return [s for s in samples if 0 <= s.step <= last][1:]
+
+
 def outside_job_cores(samples: list[HostSample], cores_total: int, cores_usable: int) -> float | None:
     """Median cores that processes outside the job held on the cores it may use, over ``samples``
     (the counted steps'): other processes fill the cores the job may not use first, and the job's
     other ranks on the node are the job. ``None`` with fewer than three readings (the first and last
-    windows alone cannot tell another process from the job's own start and end)."""
+    windows alone cannot tell another process from the job's own start and end): pass
+    :func:`other_cores_readings`."""
     values = []
     for s in samples:
         held = other_cores(s, cores_total)
         if held is not None:
             values.append(held - (s.cpu_job_ranks_pct or 0.0) / 100.0)
-    if len(values) < 3:
+    if len(values) < MIN_OTHER_CORES_SAMPLES:
         return None
     return max(0.0, statistics.median(values) - max(0, cores_total - cores_usable))

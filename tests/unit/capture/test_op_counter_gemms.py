@@ -120,6 +120,8 @@ def test_ops_that_run_on_one_thread_are_timed_apart() -> None:
     assert counter.serial_ops["forward"] >= 1 and counter.serial_ns["forward"] > 0
     # In backward only the small multiply is serial: the large one and the product are not.
     assert counter.serial_ops["backward"] == 1
+    # In backward the large multiply is the one op over the grain that is not a product.
+    assert counter.large_ops["backward"] == 1
     assert counter.serial_ns["backward"] < sum(ns for (p, _), ns in counter.op_ns.items() if p == "backward")
 
 

@@ -415,3 +415,19 @@ def test_cores_held_outside_the_job_over_its_samples() -> None:
     assert outside_job_cores([sample(100.0, ranks=100.0)] * 3, 2, 2) == pytest.approx(0.0)  # the job's other rank
     # On 4 cores with 2 usable (affinity), another job's 2 cores are off the job's cores.
     assert outside_job_cores([sample(75.0)] * 3, 4, 2) == pytest.approx(0.0)
+
+
+def test_a_short_run_reads_other_processes_over_its_warm_up_too() -> None:
+    """Fifteen steps of a few ms fit inside one ~0.1 s window: with fewer than three readings inside
+    the counted steps, the warm-up's and counted steps' readings count, but for the loop's first
+    (its start-up) and any after the last counted step (the doctor's probes)."""
+    from stave.measure.host import HostSample, other_cores_readings
+
+    def at(step: int) -> HostSample:
+        return HostSample(t_ns=step, cpu_system_pct=100.0, cpu_main_pct=100.0, step=step)
+
+    long_run = [at(-1), at(0), at(3), at(5), at(6), at(7), at(9), at(10)]
+    assert [s.step for s in other_cores_readings(long_run, {5, 6, 7, 8, 9})] == [5, 6, 7, 9]
+    short = [at(-1), at(0), at(0), at(0), at(2), at(9), at(15)]
+    assert [s.step for s in other_cores_readings(short, set(range(5, 15)))] == [0, 0, 2, 9]
+    assert other_cores_readings(short, set()) == []

@@ -16,7 +16,8 @@ import math
 from stave.analyze.breakdown import summarize_steps
 from stave.analyze.outliers import find_outliers
 from stave.analyze.pipeline import main_loader, summarize_pipeline
-from stave.analyze.step_inputs import PIN_COPY_BYTES_PER_S, busy_pool_speed, step_inputs, steps_with_compute_sped
+from stave.analyze.step_inputs import (OP_BOUND_MAX_DISPATCHES, PIN_COPY_BYTES_PER_S, step_inputs,
+                                      steps_at_free_cores)
 from stave.analyze.step_model import StepInputs, estimate, phase_s, step_time
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
@@ -72,11 +73,10 @@ MIN_FLOPS_PER_S = 2e9
 # batch tensor) is paid once per batch, whatever its size.
 COLLATE_S_PER_SAMPLE = 1e-6
 # Forward and backward count as per-op overhead (fixed per step) when the counted FLOPs at the
-# probe's matmul rate explain under a tenth of their time and the mean op costs at most ten bare
-# dispatches (dispatch, autograd node, module call and the backward counterpart are a few): work
-# that scales with the data would show as FLOPs or as ops far slower than a dispatch.
+# probe's matmul rate explain under a tenth of their time and the mean op costs at most
+# OP_BOUND_MAX_DISPATCHES bare dispatches (analyze/step_inputs.py): work that scales with the data
+# would show as FLOPs or as ops far slower than a dispatch.
 OP_BOUND_MAX_FLOP_SHARE = 0.10
-OP_BOUND_MAX_DISPATCHES = 10.0
 # On a GPU the batch can only grow into free memory; keep this share of it for fragmentation and
 # the allocator's cache.
 GPU_MEMORY_USABLE_SHARE = 0.9
@@ -241,14 +241,19 @@ def batch_dtype(inp: DoctorInput) -> Finding | None:
 
 def _op_bound(inp: DoctorInput, compute_s: float, ops: int, overhead_ns: float) -> float | None:
     """Seconds of forward+backward that are per-op overhead when the ops are too small for their size
-    to matter (all but the FLOPs' time); ``None`` when the FLOPs or the op cost say the data does work."""
+    to matter (all but the FLOPs' time: the mean op beyond them costs at most
+    :data:`OP_BOUND_MAX_DISPATCHES` dispatches); ``None`` when the FLOPs or the op cost say the data
+    does work."""
     cfg = inp.record.config
     rate = inp.record.probes.matmul_flops_per_s or inp.record.probes.fp32_matmul_flops_per_s or MIN_FLOPS_PER_S
     flops = cfg.flops_by_phase.get("forward", 0) + cfg.flops_by_phase.get("backward", 0)
     flop_s = flops / rate
     if compute_s <= 0 or ops <= 0:
         return None
-    if flop_s < OP_BOUND_MAX_FLOP_SHARE * compute_s and compute_s / ops <= OP_BOUND_MAX_DISPATCHES * overhead_ns / 1e9:
+    # Beside busy processes the phases come capped at exactly this many dispatches an op
+    # (steps_at_free_cores): a rounding error must not undo that.
+    limit_s = OP_BOUND_MAX_DISPATCHES * overhead_ns / 1e9 * (1 + 1e-9)
+    if flop_s < OP_BOUND_MAX_FLOP_SHARE * compute_s and (compute_s - flop_s) / ops <= limit_s:
         return compute_s - flop_s
     return None
 
@@ -466,10 +471,9 @@ def _at_free_cores(inp: DoctorInput) -> DoctorInput:
     named alone, went unnamed beside it). The batch is priced on the rest, as the rate and
     batch-scaling probes were timed at the free cores."""
     model = step_inputs(inp.record, inp.summary)
-    speed = busy_pool_speed(inp.record, inp.summary, model.serial_s) if model is not None else None
-    if speed is None:
+    steps = steps_at_free_cores(inp.record, inp.summary, model.serial_s) if model is not None else None
+    if steps is None:
         return inp
-    steps = steps_with_compute_sped(inp.record.steps, speed)
     return DoctorInput(dataclasses.replace(inp.record, steps=steps), summarize_steps(steps))
 
 

@@ -18,8 +18,8 @@ quiet estimate (on a quiet machine the job has at least the free cores, with not
 
 from __future__ import annotations
 
-from stave.analyze.step_inputs import (MACHINE_BUSY_MIN_CORES, MachineLoad, busy_pool_speed, machine_load,
-                                      step_inputs)
+from stave.analyze.step_inputs import (MACHINE_BUSY_MIN_CORES, MachineLoad, busy_phase_speeds, busy_pool_speed,
+                                      machine_load, step_inputs)
 from stave.analyze.step_model import COMPUTE_PHASES, StepInputs, estimate
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
@@ -39,12 +39,13 @@ def fewer_threads(inp: DoctorInput, model: StepInputs) -> tuple[int, float, floa
     processes, the step model's estimate of that); ``None`` where it was not probed or buys nothing
     reportable."""
     probe = inp.record.probes.busy_threads_probe
+    speeds = busy_phase_speeds(inp.record, inp.summary, model.serial_s)
     speed = busy_pool_speed(inp.record, inp.summary, model.serial_s)
-    if speed is None or len(probe) < 2:
+    if speeds is None or speed is None or len(probe) < 2:
         return None
     # The probe's ratio is the pool's whole change beside them (its barrier waits, its share of the
     # cores): the compute shrinks by it, the rest of the model as it was.
-    after = model.changed(phase_speed={p: model.phase_speed.get(p, 1.0) * speed for p in COMPUTE_PHASES})
+    after = model.changed(phase_speed={p: model.phase_speed.get(p, 1.0) * speeds[p] for p in COMPUTE_PHASES})
     est = estimate(model, after, inp.summary.step_time_mean_s)
     return (int(probe[1]), speed, est) if est >= REPORT_MIN_SPEEDUP else None
 
