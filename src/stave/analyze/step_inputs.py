@@ -308,8 +308,9 @@ def busy_op_bound_s(record: RunRecord) -> dict[str, float] | None:
     free cores made them take far longer all the same (log_softmax, nll_loss's backward and Adam's
     sqrt enter the pool at any size: a batch-2 MLP's ops took 0.2-1.4 ms each beside one busy loop at
     2 threads, its step 10x longer than at 1 thread, which the probe's products and elementwise ops,
-    1.0x and 2.2x, did not show). ``None`` where an op over the grain ran in a compute phase (its
-    work can grow with the data) or the ops were not counted."""
+    1.0x and 2.2x, did not show). The time between the phases is left as it is: the user's Python
+    runs there too. ``None`` where an op over the grain ran in a compute phase (its work can grow
+    with the data) or the ops were not counted."""
     cfg = record.config
     overhead = record.probes.op_overhead_ns
     if cfg.large_ops_by_phase is None or overhead is None or overhead <= 0:
@@ -321,7 +322,9 @@ def busy_op_bound_s(record: RunRecord) -> dict[str, float] | None:
     out = {}
     for p in COMPUTE_PHASES:
         flops = cfg.flops_by_phase.get(p, 0)
-        if ops.get(p, 0) <= 0 or (flops and not rate):
+        # Between the phases the user's own Python runs beside the ops (a metric over a list, a
+        # logging call): no op count bounds it.
+        if p == "other" or ops.get(p, 0) <= 0 or (flops and not rate):
             continue
         out[p] = ops[p] * OP_BOUND_MAX_DISPATCHES * overhead / 1e9 + (flops / rate if flops else 0.0)
     return out

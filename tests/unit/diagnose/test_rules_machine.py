@@ -385,7 +385,7 @@ def test_small_batch_is_priced_on_the_step_at_the_free_cores():
     the busy-threads probe says it would run at the free cores, the data waits as measured."""
     from stave.analyze.step_inputs import busy_pool_speed, steps_at_free_cores
     from stave.diagnose.inputs import DoctorInput
-    from stave.diagnose.rules.batch import _at_free_cores
+    from stave.diagnose.rules._helpers import at_free_cores as _at_free_cores
 
     rec = busy_pool_record(busy_gemm=4.0, busy_elem=8.0)
     speed = busy_pool_speed(rec, summarize_steps(rec.steps), 0.0)
@@ -440,14 +440,15 @@ def test_tiny_ops_beside_busy_processes_are_priced_at_their_dispatch_ceiling():
 
     rec = tiny_ops_beside_busy({"data_wait": 4})
     bounds = busy_op_bound_s(rec)
-    assert bounds is not None and set(bounds) == {"forward", "backward", "optimizer", "other"}
+    # Not the time between the phases: the user's Python runs there too.
+    assert bounds is not None and set(bounds) == {"forward", "backward", "optimizer"}
     assert bounds["backward"] == pytest.approx(24 * OP_BOUND_MAX_DISPATCHES * 4500e-9 + 9216 / 2e9)
     summary = summarize_steps(rec.steps)
     fast = busy_pool_speed(rec, summary, 0.0)
     machine = run_rule("MACHINE_BUSY", rec)
     batch = run_rule("SMALL_BATCH", rec)
-    assert fast is not None and fast > 2.5
-    assert machine is not None and machine.evidence["fewer_threads_est"] > 2.0
+    assert fast is not None and fast > 1.5
+    assert machine is not None and machine.evidence["fewer_threads_est"] > 1.5
     assert batch is not None and batch.est_speedup > 5.0
 
     for other in ({"data_wait": 4, "backward": 1}, None):
@@ -459,3 +460,4 @@ def test_tiny_ops_beside_busy_processes_are_priced_at_their_dispatch_ceiling():
     # A quiet run (no busy-threads probe): nothing moves.
     quiet = tiny_ops_beside_busy({"data_wait": 4}, probe=[])
     assert busy_pool_speed(quiet, summarize_steps(quiet.steps), 0.0) is None
+

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Iterable
 
 from stave.analyze.hotlines import hot_lines, loop_holds_phase
-from stave.analyze.step_inputs import step_inputs
+from stave.analyze.breakdown import summarize_steps
+from stave.analyze.step_inputs import step_inputs, steps_at_free_cores
 from stave.analyze.step_model import ModelEstimate, estimate, phase_s, speedup, step_time, without_phase_time
 from stave.diagnose.finding import Finding, severity_for_speedup
 from stave.diagnose.inputs import DoctorInput
@@ -181,3 +183,16 @@ def loop_over_batch(inp: DoctorInput) -> bool:
         return True
     return loop_holds_phase(record.stacks, steps, "other", LINE_MIN_SHARE)
 
+
+def at_free_cores(inp: DoctorInput) -> DoctorInput:
+    """Beside busy processes that left fewer free cores than the intra-op pool's threads, the run as
+    its compute would go with the pool at the free cores (MACHINE_BUSY's busy-threads probe,
+    :func:`stave.analyze.step_inputs.steps_at_free_cores`); the run itself elsewhere. Each op's wait
+    at its barrier for the thread sharing a core with them is MACHINE_BUSY's cost (one cause, one
+    finding); left in, it made every op look heavy (a batch-2 MLP: 24 backward ops took 6.8 ms beside
+    a busy loop, 0.5 ms alone, and SMALL_BATCH went unnamed)."""
+    model = step_inputs(inp.record, inp.summary)
+    steps = steps_at_free_cores(inp.record, inp.summary, model.serial_s) if model is not None else None
+    if steps is None:
+        return inp
+    return DoctorInput(dataclasses.replace(inp.record, steps=steps), summarize_steps(steps))

@@ -16,14 +16,13 @@ import math
 from stave.analyze.breakdown import summarize_steps
 from stave.analyze.outliers import find_outliers
 from stave.analyze.pipeline import main_loader, summarize_pipeline
-from stave.analyze.step_inputs import (OP_BOUND_MAX_DISPATCHES, PIN_COPY_BYTES_PER_S, step_inputs,
-                                      steps_at_free_cores)
+from stave.analyze.step_inputs import OP_BOUND_MAX_DISPATCHES, PIN_COPY_BYTES_PER_S, step_inputs
 from stave.analyze.step_model import StepInputs, estimate, phase_s, step_time
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.diagnose.rules._helpers import (REPORT_MIN_SPEEDUP, dataloader_call, is_gpu, loop_over_batch, make_finding,
-                                           micro_batches, saving_speedup)
+from stave.diagnose.rules._helpers import (REPORT_MIN_SPEEDUP, at_free_cores, dataloader_call, is_gpu, loop_over_batch,
+                                           make_finding, micro_batches, saving_speedup)
 
 # fp64 math runs at most half the fp32 rate: a SIMD register holds half as many fp64 values, and
 # GPUs have 1/2 (datacenter) down to 1/64 (consumer) of their fp32 rate. 2x is the least it costs.
@@ -250,10 +249,13 @@ def _op_bound(inp: DoctorInput, compute_s: float, ops: int, overhead_ns: float) 
     flop_s = flops / rate
     if compute_s <= 0 or ops <= 0:
         return None
-    # Beside busy processes the phases come capped at exactly this many dispatches an op
-    # (steps_at_free_cores): a rounding error must not undo that.
+    # Beside busy processes each step's phases come capped at exactly this many dispatches an op
+    # (steps_at_free_cores): their means are within it, while a median step longer than the mean
+    # scales the median-step phases past it; and a rounding error must not undo that either.
     limit_s = OP_BOUND_MAX_DISPATCHES * overhead_ns / 1e9 * (1 + 1e-9)
-    if flop_s < OP_BOUND_MAX_FLOP_SHARE * compute_s and (compute_s - flop_s) / ops <= limit_s:
+    mean_s = inp.summary.phase_s("forward") + inp.summary.phase_s("backward")
+    per_op_s = (min(compute_s, mean_s) - flop_s) / ops
+    if flop_s < OP_BOUND_MAX_FLOP_SHARE * compute_s and per_op_s <= limit_s:
         return compute_s - flop_s
     return None
 
@@ -462,25 +464,10 @@ def _typical(inp: DoctorInput) -> DoctorInput:
     return DoctorInput(dataclasses.replace(inp.record, steps=steps), summarize_steps(steps))
 
 
-def _at_free_cores(inp: DoctorInput) -> DoctorInput:
-    """Beside busy processes that left fewer free cores than the intra-op pool's threads, the run as
-    its compute would go with the pool at the free cores (MACHINE_BUSY's busy-threads probe). Each
-    op's wait at its barrier for the thread sharing a core with them is MACHINE_BUSY's cost (one
-    cause, one finding); left in, it made every op look heavy, and the ops-are-per-call tests failed
-    (a batch-2 MLP: 24 backward ops took 6.8 ms beside a busy loop, 0.5 ms alone, and SMALL_BATCH,
-    named alone, went unnamed beside it). The batch is priced on the rest, as the rate and
-    batch-scaling probes were timed at the free cores."""
-    model = step_inputs(inp.record, inp.summary)
-    steps = steps_at_free_cores(inp.record, inp.summary, model.serial_s) if model is not None else None
-    if steps is None:
-        return inp
-    return DoctorInput(dataclasses.replace(inp.record, steps=steps), summarize_steps(steps))
-
-
 @rule("SMALL_BATCH", kind="doctor")
 def small_batch(inp: DoctorInput) -> Finding | None:
     """A large share of the step is fixed per-step cost that a bigger batch would amortize."""
-    inp = _at_free_cores(_typical(inp))
+    inp = at_free_cores(_typical(inp))
     record, summary = inp.record, inp.summary
     t = summary.step_time_median_s
     if summary.steps == 0 or t <= 0 or summary.samples_per_step <= 0:
