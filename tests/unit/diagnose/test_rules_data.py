@@ -390,3 +390,30 @@ def test_the_datasets_own_getitem_gets_advice_for_images_and_for_arrays():
     assert "decodes images" in advice and "ImageLoader" in advice
     assert "whole batch" in advice and "per sample" in advice
     assert "GaussianBlur" in data._stage_advice(StageCost("GaussianBlur", 1e-3, 1e-3, 0.6))
+
+
+def test_io_bound_beside_busy_processes_is_judged_at_the_free_cores():
+    """Beside a busy loop a 2-thread pool's compute waits at each op's barrier: 60 ms of compute
+    against a 10 ms data wait hid the blocked reads (14 %). The busy-threads probe says the compute
+    runs 3x faster at the free core; judged there the wait is a third of the step and DATA_IO_BOUND
+    is named, as on a quiet machine. Without the probe, the run as measured: nothing."""
+    from stave.measure import ProbeResults
+
+    def busy(probe: list[int]):
+        steps = make_steps(lambda i: {"data_wait": 10.0, "forward": 25.0, "backward": 25.0, "optimizer": 8.0,
+                                      "other": 2.0})
+        rec = healthy_record(
+            steps=steps,
+            host=host_series(steps, cpu_system_pct=100.0, cpu_main_pct=100.0, procs_running=3),
+            workers=[worker(i, PER_WORKER, 2000.0, 300.0, run_delay_us=100.0, opens=1.0, read_calls=2.0,
+                            read_chars=4096.0) for i in range(2)],
+        )
+        rec.config = dataclasses.replace(rec.config, cores_usable=2, cores_total=2, torch_threads=2)
+        rec.run = dataclasses.replace(rec.run, cores_usable=2, cores_total=2)
+        rec.probes = ProbeResults(op_overhead_ns=3000.0, busy_threads_speedup=3.0, busy_threads_elementwise_speedup=3.0,
+                                  busy_threads_probe=probe)
+        return rec
+
+    assert run_rule("DATA_IO_BOUND", busy([])) is None
+    f = run_rule("DATA_IO_BOUND", busy([2, 1]))
+    assert f is not None and f.evidence["data_wait_share"] > 0.2 and f.est_speedup > 1.2
