@@ -248,11 +248,13 @@ def busy_pool_penalty(record: RunRecord, summary: StepSummary, serial_s: float) 
     return _pool_penalty(record, summary, serial_s, gemm, probes.busy_threads_elementwise_speedup, False)
 
 
-def busy_pool_speed(record: RunRecord, summary: StepSummary, serial_s: float) -> float | None:
+def busy_pool_speed(record: RunRecord, summary: StepSummary, serial_s: float,
+                    speeds: dict[str, float] | None = None) -> float | None:
     """How much faster the step's compute phases would run, all together, with the intra-op pool at
-    the cores other busy processes left free, beside them (> 1): :func:`busy_phase_speeds` over the
-    compute's seconds. ``None`` where not probed or no faster."""
-    speeds = busy_phase_speeds(record, summary, serial_s)
+    the cores other busy processes left free, beside them (> 1): :func:`busy_phase_speeds` (or
+    ``speeds``, already taken from it) over the compute's seconds. ``None`` where not probed or no
+    faster."""
+    speeds = speeds if speeds is not None else busy_phase_speeds(record, summary, serial_s)
     if speeds is None:
         return None
     before = sum(summary.phase_s(p) for p in COMPUTE_PHASES)

@@ -40,7 +40,7 @@ def fewer_threads(inp: DoctorInput, model: StepInputs) -> tuple[int, float, floa
     reportable."""
     probe = inp.record.probes.busy_threads_probe
     speeds = busy_phase_speeds(inp.record, inp.summary, model.serial_s)
-    speed = busy_pool_speed(inp.record, inp.summary, model.serial_s)
+    speed = busy_pool_speed(inp.record, inp.summary, model.serial_s, speeds) if speeds is not None else None
     if speeds is None or speed is None or len(probe) < 2:
         return None
     # The probe's ratio is the pool's whole change beside them (its barrier waits, its share of the
