@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from stave.analyze.stats import median
-from stave.measure.host import MIN_OTHER_CORES_SAMPLES, HostSample, other_cores, other_cores_readings
+from stave.measure.host import MIN_OTHER_CORES_SAMPLES, HostSample, other_cores_of, other_cores_readings
 from stave.measure.record import RunRecord
 
 # A counter counts as "active" in a sample above this rate: a page or two swapped per second is
@@ -125,7 +125,7 @@ def summarize_host(record: RunRecord) -> HostSummary:
     if cores:
         counted = {s.index for s in record.counted_steps()}
         readings = other_cores_readings(record.host, counted)
-        others = [v for v in (other_cores(s, cores) for s in readings) if v is not None]
+        others = other_cores_of(readings, cores, among=record.host)
         if len(others) >= MIN_OTHER_CORES_SAMPLES:
             out.other_processes_cores = median(others)
         if out.cpu_steal_pct is not None:

@@ -390,7 +390,7 @@ class DoctorSession:
         counted = {s.index for s in self._record.counted_steps()}
         samples = other_cores_readings(self._record.host, counted)
         total = self._record.run.cores_total or self._record.config.cores_total or dev.usable_cores()
-        return outside_job_cores(samples, total, dev.usable_cores())
+        return outside_job_cores(samples, total, dev.usable_cores(), among=self._record.host)
 
     def _probe_shared_memory(self, probes: Any) -> None:
         """What a batch costs to come through a worker's shared memory: after main-process loading,

@@ -431,3 +431,29 @@ def test_a_short_run_reads_other_processes_over_its_warm_up_too() -> None:
     short = [at(-1), at(0), at(0), at(0), at(2), at(9), at(15)]
     assert [s.step for s in other_cores_readings(short, set(range(5, 15)))] == [0, 0, 2, 9]
     assert other_cores_readings(short, set()) == []
+
+
+def test_cpu_of_a_reaped_child_is_carried_back_to_the_readings_it_ran_in() -> None:
+    """A compiler process lives between two scans of the tree: while it runs its core reads as
+    another process's, and its CPU reaches the job only when its parent reaps it, as one reading
+    where the job used more CPU than the machine was busy. That excess fills the readings before it
+    (a false MACHINE_BUSY otherwise); a busy neighbour with no such excess stays as read."""
+    from stave.measure.host import HostSample, other_cores_of, other_cores_series, outside_job_cores
+
+    def at(i: int, system: float, main: float, children: float = 0.0) -> HostSample:
+        return HostSample(t_ns=i * 100_000_000, cpu_system_pct=system, cpu_main_pct=main,
+                          cpu_children_pct=children, step=i)
+
+    # 2 cores: the trainer idle while one core compiles for three readings, then the reap: 3.0 cores
+    # of the job's CPU read in one window where the machine was 50 % busy.
+    compiling = [at(0, 50.0, 100.0), at(1, 50.0, 0.0), at(2, 50.0, 0.0), at(3, 50.0, 0.0),
+                 at(4, 50.0, 0.0, children=400.0), at(5, 50.0, 100.0)]
+    assert other_cores_series(compiling, 2) == pytest.approx([0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    assert outside_job_cores(compiling[1:], 2, 2, among=compiling) == pytest.approx(0.0)
+    # Only part of the late CPU: the newest readings are filled first, the older keep their "other".
+    partial = compiling[:4] + [at(4, 50.0, 0.0, children=300.0)]
+    assert other_cores_series(partial, 2) == pytest.approx([0.0, 1.0, 0.0, 0.0, 0.0])
+    # A busy loop beside a trainer on one core: one core of other processes in every reading.
+    busy = [at(i, 100.0, 100.0) for i in range(5)]
+    assert other_cores_of(busy[1:], 2, among=busy) == pytest.approx([1.0] * 4)
+    assert outside_job_cores(busy, 2, 2) == pytest.approx(1.0)
