@@ -125,7 +125,7 @@ def summarize_host(record: RunRecord) -> HostSummary:
     if cores:
         counted = {s.index for s in record.counted_steps()}
         readings = other_cores_readings(record.host, counted)
-        others = other_cores_of(readings, cores, among=record.host)
+        others = [v for v in other_cores_of(readings, cores, among=record.host) if v is not None]
         if len(others) >= MIN_OTHER_CORES_SAMPLES:
             out.other_processes_cores = median(others)
         if out.cpu_steal_pct is not None:

@@ -107,14 +107,13 @@ def other_cores_series(samples: Sequence[HostSample], cores_total: int) -> list[
 
 
 def other_cores_of(readings: Sequence[HostSample], cores_total: int,
-                   among: Sequence[HostSample] | None = None) -> list[float]:
-    """The known :func:`other_cores_series` values of ``readings``, carried back over ``among``
-    (the run's whole sample list, of which ``readings`` is a part; default ``readings`` itself)."""
+                   among: Sequence[HostSample] | None = None) -> list[float | None]:
+    """:func:`other_cores_series` of ``readings`` (one value each, ``None`` where unknown), carried
+    back over ``among`` (the run's whole sample list, of which ``readings`` is a part; default
+    ``readings`` itself)."""
     series = list(among) if among is not None else list(readings)
-    values = other_cores_series(series, cores_total)
-    by_id = {id(s): v for s, v in zip(series, values)}
-    picked = [by_id.get(id(s), other_cores(s, cores_total)) for s in readings]
-    return [v for v in picked if v is not None]
+    by_id = {id(s): v for s, v in zip(series, other_cores_series(series, cores_total))}
+    return [by_id[id(s)] if id(s) in by_id else other_cores(s, cores_total) for s in readings]
 
 
 def other_cores_readings(samples: list[HostSample], counted: set[int]) -> list[HostSample]:
@@ -139,9 +138,8 @@ def outside_job_cores(samples: Sequence[HostSample], cores_total: int, cores_usa
     other processes fill the cores the job may not use first, and the job's other ranks on the node
     are the job. ``None`` with fewer than three readings (the first and last windows alone cannot
     tell another process from the job's own start and end): pass :func:`other_cores_readings`."""
-    held = other_cores_of(samples, cores_total, among)
-    known = [s for s in samples if other_cores(s, cores_total) is not None]
-    values = [h - (s.cpu_job_ranks_pct or 0.0) / 100.0 for h, s in zip(held, known)]
+    values = [held - (s.cpu_job_ranks_pct or 0.0) / 100.0
+              for s, held in zip(samples, other_cores_of(samples, cores_total, among)) if held is not None]
     if len(values) < MIN_OTHER_CORES_SAMPLES:
         return None
     return max(0.0, statistics.median(values) - max(0, cores_total - cores_usable))
