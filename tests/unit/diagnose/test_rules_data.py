@@ -220,6 +220,22 @@ def test_worker_startup_fires_on_epoch_restarts():
     assert run_rule("STEP_OUTLIERS", startup_record()) is None
 
 
+def test_worker_startup_keeps_each_epochs_first_fetch():
+    """Persistent workers start each epoch with an empty queue: the epoch's first batch still waits
+    for one batch's fetch in a worker, so a slower per-sample fetch leaves more of the stall."""
+    def record(wall_us: float):
+        rec = startup_record()
+        rec.workers = [worker(i, PER_WORKER, wall_us, wall_us * 0.9) for i in range(2)]
+        return rec
+
+    fast = run_rule("DATA_WORKER_STARTUP", record(50.0))
+    slow = run_rule("DATA_WORKER_STARTUP", record(2000.0))
+    assert fast is not None and slow is not None
+    assert slow.evidence["first_batch_fetch_kept_s"] == pytest.approx(BATCH * 2000e-6, rel=0.05)
+    assert fast.evidence["first_batch_fetch_kept_s"] == pytest.approx(BATCH * 50e-6, rel=0.05)
+    assert slow.est_speedup < fast.est_speedup
+
+
 @pytest.mark.parametrize("persistent,iterators", [(True, 8), (False, 1)])
 def test_worker_startup_quiet_with_persistent_workers_or_one_epoch(persistent, iterators):
     assert run_rule("DATA_WORKER_STARTUP", startup_record(persistent, iterators)) is None

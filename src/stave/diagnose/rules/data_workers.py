@@ -9,6 +9,7 @@ that same handle to every forked worker, which then share one file offset or one
 from __future__ import annotations
 
 from stave.analyze.loading import epoch_start_steps
+from stave.analyze.pipeline import summarize_pipeline
 from stave.analyze.stats import median
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
@@ -22,7 +23,29 @@ from stave.measure.steps import PHASES
 FRESH_INTERPRETER_METHODS = ("spawn", "forkserver")
 
 
-def _restart_cost_s(inp: DoctorInput) -> tuple[float, dict[str, float], int] | None:
+def _refill_s(inp: DoctorInput, loader: LoaderInfo) -> float:
+    """Seconds of each epoch start that persistent workers still wait: one batch's fetch.
+
+    Persistent workers keep their processes and whatever they loaded across epochs, but a new
+    iterator starts with an empty queue (prefetching does not cross epochs), so the epoch's first
+    batch still waits for a worker to fetch, collate and hand it over: one batch at the loader's
+    measured steady per-sample cost, plus what the delivery probe measured a worker's hand-over to
+    cost beyond collating in the main process. 0 where the loader's costs were not measured.
+    """
+    pipe = summarize_pipeline(inp.record)
+    if pipe is None or pipe.in_main_process or pipe.loader.loader_id != loader.loader_id:
+        return 0.0
+    batch = loader.batch_size or 0
+    if batch <= 0:
+        return 0.0
+    probes = inp.record.probes
+    delivery = 0.0
+    if probes.delivery_worker_s is not None and probes.delivery_main_s is not None:
+        delivery = max(0.0, probes.delivery_worker_s - probes.delivery_main_s)
+    return pipe.wall_s_per_sample * batch + delivery
+
+
+def _restart_cost_s(inp: DoctorInput, kept_s: float = 0.0) -> tuple[float, dict[str, float], int] | None:
     """(mean step, per phase the seconds per step that epoch starts cost beyond a typical step,
     epoch-start steps counted).
 
@@ -30,7 +53,8 @@ def _restart_cost_s(inp: DoctorInput) -> tuple[float, dict[str, float], int] | N
     is not only the data wait: forking the workers and their start-up work (parsing an index,
     opening files) take cores and copy-on-write page faults from the training process too, so
     those steps' compute phases run slow as well, and each phase's excess is what the fix gives
-    back.
+    back, less ``kept_s`` (seconds in all the counted steps) of data wait that the epoch starts
+    keep with the fix.
     """
     counted = inp.record.counted_steps()
     starts = epoch_start_steps(inp.record)
@@ -42,6 +66,8 @@ def _restart_cost_s(inp: DoctorInput) -> tuple[float, dict[str, float], int] | N
     for phase in PHASES:
         typical = median([s.phase_ns(phase) / 1e9 for s in rest])
         excess = sum(max(s.phase_ns(phase) / 1e9 - typical, 0.0) for s in counted if s.index in starts)
+        if phase == "data_wait":
+            excess -= kept_s
         if excess > 0:
             saved[phase] = excess / len(counted)
     return mean, saved, len(starts)
@@ -59,7 +85,10 @@ def data_worker_startup(inp: DoctorInput) -> Finding | None:
         waits = loader.first_batch_wait_ns[1:]
         if loader.num_workers == 0 or loader.persistent_workers or restarts < 1 or not waits:
             continue
-        times = _restart_cost_s(inp)
+        counted = len(record.counted_steps())
+        epoch_starts = round(restarts * counted / len(record.steps))
+        refill_s = _refill_s(inp, loader)
+        times = _restart_cost_s(inp, refill_s * epoch_starts)
         if times is None:
             continue
         t, saved, stalls = times
@@ -91,6 +120,7 @@ def data_worker_startup(inp: DoctorInput) -> Finding | None:
                 "step_time_mean_s": t,
                 "step_time_mean_without_restarts_s": t_new,
                 "restart_s_per_step_by_phase": saved,
+                "first_batch_fetch_kept_s": refill_s,
             },
             f"{note}{dataloader_call(loader, persistent_workers=True)}",
             explanation=(
@@ -98,7 +128,8 @@ def data_worker_startup(inp: DoctorInput) -> Finding | None:
                 "new ones for the next; short epochs pay that start-up often. Estimate on the mean step "
                 "time (the cost comes as one stall per epoch): each epoch's first steps costing what a "
                 "typical step costs, in every phase (the fork and the workers' start-up also slow the "
-                "training process's own compute)."
+                "training process's own compute), except that each epoch's first batch still waits for "
+                "one batch's fetch in a worker (a new epoch starts with an empty queue)."
             ),
         )
         if best is None or finding.est_speedup > best.est_speedup:
