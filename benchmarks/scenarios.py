@@ -65,6 +65,7 @@ sys.path.insert(0, str(ROOT / "src"))  # the checkout's stave, when run as a pla
 from stave.analyze.stats import median, relative_spread  # noqa: E402
 from stave.diagnose.finding import Finding  # noqa: E402
 from stave.doctor.fix_map import plan_for  # noqa: E402
+from stave.monitor.probes import spinner_code  # noqa: E402
 from stave.files import atomic_write_json, atomic_write_text  # noqa: E402
 
 MATRIX_PATH = ROOT / "benchmarks" / "scenarios" / "matrix.toml"
@@ -260,7 +261,7 @@ class Hog:
 
     def __enter__(self) -> "Hog":
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "while True: pass"], start_new_session=True,
+            [sys.executable, "-S", "-c", spinner_code(os.getpid())], start_new_session=True,
             preexec_fn=lambda: os.sched_setaffinity(0, {self.cpu}),
         )
         return self

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
 import statistics
 import subprocess
@@ -628,12 +629,35 @@ def _threads_probe(torch_threads: int, cores: int, gen: torch.Generator, deadlin
     return ThreadsResult(gemm_ratio, elementwise, source)
 
 
+# The spinner's program. A busy loop must not outlive the doctor: killed mid-probe (SIGKILL, the
+# OOM killer) the doctor cannot kill its child, and an orphaned busy loop would hold a core of the
+# user's machine until someone finds it. On Linux the child asks the kernel for SIGKILL when the
+# thread that started it exits (PR_SET_PDEATHSIG = 1), then checks that its parent had not already
+# gone before it asked; elsewhere it spins as it is.
+SPINNER_CODE = """import os
+try:
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)
+except Exception:
+    pass
+if os.getppid() != {parent}:
+    raise SystemExit(0)
+while True:
+    pass
+"""
+
+
+def spinner_code(parent_pid: int) -> str:
+    """The busy loop's program for a child of ``parent_pid`` (:data:`SPINNER_CODE`)."""
+    return SPINNER_CODE.format(parent=int(parent_pid))
+
+
 class _Spinner:
     """A child process that keeps one core busy while running and is paused (SIGSTOP) otherwise."""
 
     def __init__(self) -> None:
         # -S: no site import, so the child spins within milliseconds; it inherits the job's affinity.
-        self.proc = subprocess.Popen([sys.executable, "-S", "-c", "while True: pass"],
+        self.proc = subprocess.Popen([sys.executable, "-S", "-c", spinner_code(os.getpid())],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.pause()
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 
 import random
 import time
@@ -526,3 +529,39 @@ def test_beside_busy_processes_the_pool_is_also_timed_at_the_free_cores(monkeypa
     # An oversized pool is THREAD_OVERSUBSCRIPTION's probe, at one thread per core, busy or not.
     over = run_probes(8, "cpu", budget_s=0.6, gemm_shapes=shapes, outside_cores=1.0)
     assert over.busy_threads_probe == [] and over.threads_probe == [8, 2] and over.matmul_rate_threads == 2
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_neighbour_probes_busy_loop_dies_with_a_killed_doctor():
+    """Killed mid-probe (SIGKILL), the doctor cannot kill its busy-loop child: the child must not
+    keep a core of the user's machine busy after it."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\n"
+         "from stave.monitor.probes import _Spinner\n"
+         "s = _Spinner(); s.run()\n"
+         "print(s.proc.pid, flush=True)\n"
+         "time.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        child = int(parent.stdout.readline())
+        time.sleep(0.3)
+        assert _alive(child), "the spinner should spin while its parent lives"
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 5.0
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child), "the busy loop outlived the killed doctor"
+    finally:
+        parent.kill()
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie awaiting its reaper counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
