@@ -428,6 +428,20 @@ def test_small_batch_gemm_share_does_not_speak_for_ops_heavier_than_the_gemms():
     assert light is not None and light.evidence["dispatch_s"] >= 0.9 * 7e-3 * 0.99
 
 
+def test_small_batch_gemm_share_speaks_for_ops_of_the_same_order_as_a_gemm_call():
+    # 800 tiny GEMM calls of 1 us at the rate hold over a tenth of forward+backward's 7 ms (so the
+    # op-bound test does not apply); the 4120 other ops take 1.5 us each: heavier than a GEMM call by
+    # an autograd node and a module call, the same per-call cost. The probe's 90% share speaks for them.
+    flops = 800 * 2 * 2 * 16 * 16
+    rec = healthy_record(steps=tiny_steps(), probes=probes(fp32_matmul_flops_per_s=1e9, gemm_fixed_share=0.9,
+                                                           op_overhead_ns=300.0))
+    rec.config = dataclasses.replace(rec.config, flops_by_phase={"forward": flops / 3, "backward": 2 * flops / 3},
+                                     gemm_shapes=[[1, 2, 16, 16, flops]],
+                                     aten_ops_by_phase={"forward": 1968, "backward": 2952})
+    same_order = run_rule("SMALL_BATCH", rec)
+    assert same_order is not None and same_order.evidence["dispatch_s"] >= 0.9 * 7e-3 * 0.99
+
+
 def test_small_batch_op_bound_compute_keeps_the_probed_per_call_share_of_its_flops():
     # 0.3 MFLOP at the own shapes' 1e9 FLOP/s is 0.3 ms of 7 ms: op-bound, so the other 6.7 ms are
     # per-op overhead. The 0.3 ms are those shapes' own time, and the batch-scaling probe measured
