@@ -25,6 +25,7 @@ from stave.analyze.host import HostSummary
 from stave.analyze.outliers import find_outliers, stall_limit
 from stave.analyze.stats import median
 from stave.analyze.pipeline import PipelineSummary, summarize_pipeline
+from stave.measure.config import LoaderInfo
 from stave.measure.record import RunRecord
 
 # The machine counts as CPU-saturated above this share of all usable cores busy: the scheduler
@@ -50,10 +51,20 @@ def epoch_start_steps(record: RunRecord) -> set[int]:
             continue
         steps_per_epoch = len(record.steps) / loader.iterators_created
         fresh = min(loader.num_workers, max(1, int(steps_per_epoch) - 1))
-        n += round(restarts * len(counted) / len(record.steps)) * fresh
+        n += epoch_starts_counted(record, loader) * fresh
     n = min(n, len(counted) - 1)
     by_wait = sorted(counted, key=lambda s: s.data_wait_ns, reverse=True)
     return {s.index for s in by_wait[:n]}
+
+
+def epoch_starts_counted(record: RunRecord, loader: LoaderInfo) -> int:
+    """How many of ``loader``'s epoch starts (iterators after the first) fall in the counted steps:
+    the restarts in proportion to the counted share of all steps (which steps they were is not
+    recorded)."""
+    if not record.steps:
+        return 0
+    restarts = max(0, loader.iterators_created - 1)
+    return round(restarts * len(record.counted_steps()) / len(record.steps))
 
 
 def main_process_wait_stalls(record: RunRecord) -> dict[int, float]:

@@ -8,7 +8,7 @@ that same handle to every forked worker, which then share one file offset or one
 
 from __future__ import annotations
 
-from stave.analyze.loading import epoch_start_steps
+from stave.analyze.loading import epoch_start_steps, epoch_starts_counted
 from stave.analyze.pipeline import summarize_pipeline
 from stave.analyze.stats import median
 from stave.diagnose.engine import rule
@@ -85,10 +85,8 @@ def data_worker_startup(inp: DoctorInput) -> Finding | None:
         waits = loader.first_batch_wait_ns[1:]
         if loader.num_workers == 0 or loader.persistent_workers or restarts < 1 or not waits:
             continue
-        counted = len(record.counted_steps())
-        epoch_starts = round(restarts * counted / len(record.steps))
         refill_s = _refill_s(inp, loader)
-        times = _restart_cost_s(inp, refill_s * epoch_starts)
+        times = _restart_cost_s(inp, refill_s * epoch_starts_counted(record, loader))
         if times is None:
             continue
         t, saved, stalls = times
