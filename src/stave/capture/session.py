@@ -354,7 +354,7 @@ class DoctorSession:
         return self._record
 
     def _run_probes(self) -> Any:
-        from stave.monitor.probes import run_probes
+        from stave.monitor.probes import free_cores, run_probes
 
         from stave.monitor.optimizer_probe import optimizer_ratios, probe_sizes
 
@@ -366,15 +366,21 @@ class DoctorSession:
         # not the training loop's).
         waits = sorted(s.data_wait_ns / 1e9 for s in self._record.counted_steps() if s.eval_ns == 0)
         data_wait_s = waits[len(waits) // 2] if waits else None
+        outside_cores = self._outside_cores()
         probes = run_probes(threads, device, budget_s=budget_s, gemm_shapes=self.config.gemm_shapes,
                             batch_rows=batch_rows(self.config.batch), matmul_shapes=self.config.matmul_shapes,
                             conv_shapes=self.config.conv_shapes, gemm_dtype=self.config.gemm_dtype,
-                            data_wait_s=data_wait_s, outside_cores=self._outside_cores())
+                            data_wait_s=data_wait_s, outside_cores=outside_cores)
         # The optimizer with most parameters: the one whose step the finding would change.
         optimizers = sorted(self.config.optimizers, key=lambda o: -o.params)
         if optimizers:
             opt = optimizers[0]
-            ratios = optimizer_ratios(opt, device)
+            # Beside other busy processes, at the cores they left free (monitor/optimizer_probe.py:
+            # the loop's barrier waits on a lost core are their cost, not the optimizer's).
+            free = free_cores(dev.usable_cores(), outside_cores)
+            probe_threads = free if not dev.is_cuda(device) and free < threads else None
+            ratios = optimizer_ratios(opt, device, threads=probe_threads)
+            probes.optimizer_probe_threads = probe_threads or torch.get_num_threads()
             probes.optimizer_fused_ratio = ratios.get("fused")
             probes.optimizer_foreach_ratio = ratios.get("foreach")
             if ratios:

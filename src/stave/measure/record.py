@@ -89,6 +89,9 @@ class ProbeResults:
     optimizer_fused_ratio: float | None = None
     optimizer_foreach_ratio: float | None = None
     optimizer_probe: list[int] = field(default_factory=list)
+    # The intra-op threads the optimizer probe ran at: the script's, or beside other busy processes
+    # the cores they left free (None: not probed, or a record from before it was kept).
+    optimizer_probe_threads: int | None = None
     # Eager attention's and SDPA's seconds for one attention call, forward and backward, at the
     # run's [batch, heads, seq, head_dim] (attention_probe), measured here after a run whose HF
     # model ran attn_implementation="eager" (monitor/attention_probe.py).

@@ -10,6 +10,13 @@ over the other's in the same round, and counts as a gain only when the other won
 that chance would rarely give as many (a one-sided sign test). The ratios carry this machine's per-tensor
 costs (dispatch, vector width, memory traffic, contention included): on a CPU where the fused
 kernel is not faster than the run's loop, its ratio is at most 1 and no fix is priced from it.
+Beside other busy processes that left fewer free cores than the run's intra-op threads, the caller
+times it at the free cores' thread count (``threads``): a per-tensor loop issues ten small ops per
+tensor, each meeting the pool's threads at a barrier, and a thread that lost its core to another
+process makes every one of them wait, where one fused call waits once. That wait is the other
+processes' cost (MACHINE_BUSY's), which the fused kernel would not remove from the job once they
+are gone: timed at the pool's full count beside a busy loop, a healthy SGD's loop/fused ratio read
+1.5x where it reads 0.94-1.0x at the free cores and on a quiet machine.
 """
 
 from __future__ import annotations
@@ -91,12 +98,22 @@ def run_implementation(opt: OptimizerInfo, device: torch.device) -> str:
 IMPLEMENTATIONS = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
 
 
-def optimizer_ratios(opt: OptimizerInfo, device: "torch.device | str") -> dict[str, float]:
+def optimizer_ratios(opt: OptimizerInfo, device: "torch.device | str", threads: int | None = None) -> dict[str, float]:
     """The run's step time over each other implementation's here: ``{"fused": r, "foreach": r}``
-    (> 1: that one is faster). Empty when not measurable (no fused kernel, already fused)."""
+    (> 1: that one is faster). Empty when not measurable (no fused kernel, already fused).
+    ``threads``: the intra-op threads to time them at (None: the current setting), restored after."""
     if opt.type not in FUSED_OPTIMIZERS or opt.fused:
         return {}
-    device = dev.resolve_device(device)
+    saved = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(max(1, threads))
+    try:
+        return _ratios(opt, dev.resolve_device(device))
+    finally:
+        torch.set_num_threads(saved)
+
+
+def _ratios(opt: OptimizerInfo, device: torch.device) -> dict[str, float]:
     gen = torch.Generator(device=device).manual_seed(_SEED)
     own = run_implementation(opt, device)
     sizes = probe_sizes(opt)

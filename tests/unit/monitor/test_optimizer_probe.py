@@ -66,3 +66,27 @@ def test_a_gain_needs_the_rounds_to_agree():
     assert abs(paired_ratio([1.4] * 9, steady) - 1.4 / 1.27) < 1e-9
     # Slower is reported as measured (no test needed to say there is no gain).
     assert paired_ratio([1.0] * 5, [1.25] * 5) == 0.8
+
+
+def test_probe_runs_at_the_threads_it_is_given_and_restores_the_setting(monkeypatch):
+    # Beside other busy processes the session passes the free cores' count: every timed step runs
+    # at it, and the script's own setting comes back afterwards (also when the probe fails).
+    seen: list[int] = []
+    real = optimizer_probe._round_s
+
+    def spy(optimizer, device, steps=optimizer_probe.STEPS_PER_ROUND):
+        seen.append(torch.get_num_threads())
+        return real(optimizer, device, steps)
+
+    monkeypatch.setattr(optimizer_probe, "_round_s", spy)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert optimizer_ratios(OptimizerInfo("SGD", 4_000, 8, foreach=None, fused=None), "cpu", threads=1)
+        assert seen and set(seen) == {1}
+        assert torch.get_num_threads() == 2
+        seen.clear()
+        optimizer_ratios(OptimizerInfo("SGD", 4_000, 8, foreach=None, fused=None), "cpu")
+        assert set(seen) == {2}
+    finally:
+        torch.set_num_threads(saved)

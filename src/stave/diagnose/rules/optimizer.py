@@ -113,6 +113,7 @@ def optimizer_unfused(inp: DoctorInput) -> Finding | None:
             "probe_fused_ratio": record.probes.optimizer_fused_ratio,
             "probe_foreach_ratio": record.probes.optimizer_foreach_ratio,
             "probe_tensors_values": record.probes.optimizer_probe,
+            "probe_threads": record.probes.optimizer_probe_threads,
         },
         f"optimizer = torch.optim.{opt.type}(model.parameters(), lr=lr, {impl}=True)  # "
         + ("one kernel per group" if impl == "fused" else "one op per step over all tensors"),
