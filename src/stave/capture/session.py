@@ -380,10 +380,10 @@ class DoctorSession:
             free = free_cores(dev.usable_cores(), outside_cores)
             probe_threads = free if not dev.is_cuda(device) and free < threads else None
             ratios = optimizer_ratios(opt, device, threads=probe_threads)
-            probes.optimizer_probe_threads = probe_threads or torch.get_num_threads()
             probes.optimizer_fused_ratio = ratios.get("fused")
             probes.optimizer_foreach_ratio = ratios.get("foreach")
             if ratios:
+                probes.optimizer_probe_threads = probe_threads or threads
                 sizes = probe_sizes(opt)
                 probes.optimizer_probe = [len(sizes), sum(sizes)]
         self._probe_attention(probes, device)

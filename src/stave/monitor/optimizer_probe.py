@@ -15,8 +15,8 @@ times it at the free cores' thread count (``threads``): a per-tensor loop issues
 tensor, each meeting the pool's threads at a barrier, and a thread that lost its core to another
 process makes every one of them wait, where one fused call waits once. That wait is the other
 processes' cost (MACHINE_BUSY's), which the fused kernel would not remove from the job once they
-are gone: timed at the pool's full count beside a busy loop, a healthy SGD's loop/fused ratio read
-1.5x where it reads 0.94-1.0x at the free cores and on a quiet machine.
+are gone: timed at the pool's full count beside a busy loop, a healthy SGD's loop/fused ratio once
+read 1.5x (0.95-1.0x in most such runs); at the free core it read 0.86-0.93x.
 """
 
 from __future__ import annotations
