@@ -13,6 +13,7 @@ from synth_records import (
     healthy_config,
     healthy_loader,
     healthy_record,
+    host_series,
     make_steps,
     run_all,
     run_rule,
@@ -781,3 +782,31 @@ def test_on_a_quiet_machine_extra_threads_are_never_priced_faster():
     assert busy < 1.0 < quiet
     # Unknown other load: as read (no claim about the machine is made).
     assert oversubscription_penalty(rec, summary, 2.25e-3) == pytest.approx(busy)
+
+
+def test_python_overhead_beside_busy_processes_is_a_share_of_the_jobs_own_step():
+    """Beside a process holding one of two cores, the parallel ops' barrier waits swell forward and
+    backward (python_token_loop beside a hog: backward 49 against 21 ms quiet), so the loop's Python
+    is under 15 % of the measured step; of the step the busy-threads probe measured at the free
+    core (which a quiet machine at least matches) it is over, as it is on the quiet machine."""
+    steps = make_steps(lambda i: {"data_wait": 2.0, "forward": 40.0, "backward": 60.0, "optimizer": 3.0,
+                                  "other": 15.0})
+    rec = loop_record(other_ops=20)
+    rec.steps = steps
+    rec.stacks = stack_profile(steps, {"other": [(55, 1.0)]}, interval_ms=2.0)
+    quiet = dataclasses.replace(rec, config=dataclasses.replace(rec.config, cores_usable=2, cores_total=2,
+                                                                torch_threads=2),
+                                run=dataclasses.replace(rec.run, cores_usable=2, cores_total=2))
+    assert run_rule("PYTHON_OVERHEAD", quiet) is None  # 15 of 120 ms, and nobody else on the cores
+    busy = dataclasses.replace(quiet, host=host_series(steps, cpu_main_pct=100.0, cpu_workers_pct=None,
+                                                       workers_alive=0, cpu_system_pct=100.0),
+                               probes=probes(busy_threads_speedup=4.0, busy_threads_elementwise_speedup=8.0,
+                                             busy_threads_probe=[2, 1]))
+    assert run_rule("MACHINE_BUSY", busy) is not None
+    f = run_rule("PYTHON_OVERHEAD", busy)
+    assert f is not None
+    assert f.evidence["own_step_time_s"] < f.evidence["step_time_s"] == pytest.approx(0.120, rel=0.01)
+    assert f.evidence["python_s_removed"] / f.evidence["own_step_time_s"] >= 0.15
+    # The same run without the probe: no measured floor, the measured step, nothing said.
+    bare = dataclasses.replace(busy, probes=probes(busy_threads_probe=[]))
+    assert run_rule("PYTHON_OVERHEAD", bare) is None

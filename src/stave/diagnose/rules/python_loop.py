@@ -26,6 +26,7 @@ from stave.analyze.step_model import phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
+from stave.diagnose.rules.machine import own_step_median_s
 from stave.diagnose.rules._helpers import (BOOKKEEPING_OPS_MAX, LINE_MIN_SHARE, MIN_STACK_SAMPLES, REPORT_MIN_SPEEDUP,
                                            counted_indices, is_gpu, loop_over_batch, make_finding, micro_batches,
                                            saving_speedup)
@@ -163,7 +164,7 @@ def _unattributed(inp: DoctorInput, other: float, samples: int) -> Finding | Non
     # Without lines, the op counts can still show a loop over the batch's elements; the backward
     # replay of the nodes it recorded is then the loop's too.
     replay = (_backward_replay_s(inp, 1.0) or 0.0) if loop_over_batch(inp) else 0.0
-    if (other + replay) / t < MIN_SHARE:
+    if (other + replay) / own_step_median_s(inp) < MIN_SHARE:
         return None
     est = saving_speedup(inp, {"other": other, "backward": replay}, t)
     if est < REPORT_MIN_SPEEDUP:
@@ -234,10 +235,13 @@ def python_overhead(inp: DoctorInput) -> Finding | None:
         saved_other = other * hot_share
         replay = _backward_replay_s(inp, hot_share)
     saved = saved_other + (replay or 0.0)
-    if saved / t < MIN_SHARE:
+    # Beside other busy processes, a share of the job's own step (the waits they caused are theirs).
+    own_t = own_step_median_s(inp)
+    if saved / own_t < MIN_SHARE:
         return None
     evidence: dict[str, object] = {
         "step_time_s": t,
+        "own_step_time_s": own_t,
         "other_s": other,
         "other_share": other / t,
         "hot_lines": {h.label: h.share for h in lines},
