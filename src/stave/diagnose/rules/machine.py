@@ -18,9 +18,8 @@ quiet estimate (on a quiet machine the job has at least the free cores, with not
 
 from __future__ import annotations
 
-from stave.analyze.breakdown import summarize_steps
 from stave.analyze.step_inputs import (MACHINE_BUSY_MIN_CORES, MachineLoad, busy_phase_speeds, busy_pool_speed,
-                                      machine_load, step_inputs, steps_at_free_cores)
+                                      machine_load, step_inputs)
 from stave.analyze.step_model import COMPUTE_PHASES, StepInputs, estimate
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
@@ -33,26 +32,6 @@ def machine_is_busy(load: MachineLoad) -> bool:
     """Other processes held a real share of the job's usable cores (the job's own other ranks on
     the node are the job, not a busy machine)."""
     return load.outside_job_cores is not None and load.outside_job_cores >= MACHINE_BUSY_MIN_CORES
-
-
-def own_step_median_s(inp: DoctorInput) -> float:
-    """The median step that a share of "the job's step" is taken of.
-
-    Beside other busy processes the measured step carries the waits they caused (a parallel op
-    waiting at its barrier for the thread that shares a core with them), which no rule's fix
-    removes: a share of it understates the job's own parts. There the step is the one the busy-
-    threads probe measured with the pool at the free cores (:func:`steps_at_free_cores`), which a
-    quiet machine at least matches; elsewhere, or where not probed, the measured median.
-    """
-    record, summary = inp.record, inp.summary
-    t = summary.step_time_median_s
-    model = step_inputs(record, summary)
-    if model is None or not machine_is_busy(machine_load(record, summary)):
-        return t
-    steps = steps_at_free_cores(record, summary, model.serial_s)
-    if not steps:
-        return t
-    return min(t, summarize_steps(steps).step_time_median_s) or t
 
 
 def fewer_threads(inp: DoctorInput, model: StepInputs) -> tuple[int, float, float] | None:

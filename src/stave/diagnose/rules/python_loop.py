@@ -26,10 +26,9 @@ from stave.analyze.step_model import phase_s
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.diagnose.rules.machine import own_step_median_s
 from stave.diagnose.rules._helpers import (BOOKKEEPING_OPS_MAX, LINE_MIN_SHARE, MIN_STACK_SAMPLES, REPORT_MIN_SPEEDUP,
-                                           counted_indices, is_gpu, loop_over_batch, make_finding, micro_batches,
-                                           saving_speedup)
+                                           at_free_cores, counted_indices, is_gpu, loop_over_batch, make_finding,
+                                           micro_batches, saving_speedup)
 
 # The loop's Python and the backward work it causes take at least this share of the step (the
 # issue's bound for the 'other' part of an honest breakdown); below it they are the loop's own
@@ -151,6 +150,16 @@ def _op_work_s(inp: DoctorInput) -> float:
     return max(0.0, in_ops - ops * LIBRARY_OP_DISPATCHES * overhead_ns / 1e9)
 
 
+def own_step_s(inp: DoctorInput) -> float:
+    """The median step that :data:`MIN_SHARE` is a share of: beside busy processes that left fewer
+    free cores than the pool's threads, the step with the pool at the free cores as MACHINE_BUSY's
+    probe measured it (:func:`at_free_cores`; a quiet machine at least matches it), since the
+    measured step carries their barrier waits, which no rewrite of the loop removes; elsewhere the
+    measured median."""
+    t = inp.summary.step_time_median_s
+    return min(t, at_free_cores(inp).summary.step_time_median_s) or t
+
+
 def _unattributed(inp: DoctorInput, other: float, samples: int) -> Finding | None:
     """The finding from timing alone, when the run was too short for the stacks to name a line.
 
@@ -164,7 +173,7 @@ def _unattributed(inp: DoctorInput, other: float, samples: int) -> Finding | Non
     # Without lines, the op counts can still show a loop over the batch's elements; the backward
     # replay of the nodes it recorded is then the loop's too.
     replay = (_backward_replay_s(inp, 1.0) or 0.0) if loop_over_batch(inp) else 0.0
-    if (other + replay) / own_step_median_s(inp) < MIN_SHARE:
+    if (other + replay) / own_step_s(inp) < MIN_SHARE:
         return None
     est = saving_speedup(inp, {"other": other, "backward": replay}, t)
     if est < REPORT_MIN_SPEEDUP:
@@ -236,7 +245,7 @@ def python_overhead(inp: DoctorInput) -> Finding | None:
         replay = _backward_replay_s(inp, hot_share)
     saved = saved_other + (replay or 0.0)
     # Beside other busy processes, a share of the job's own step (the waits they caused are theirs).
-    own_t = own_step_median_s(inp)
+    own_t = own_step_s(inp)
     if saved / own_t < MIN_SHARE:
         return None
     evidence: dict[str, object] = {
