@@ -356,7 +356,7 @@ class DoctorSession:
     def _run_probes(self) -> Any:
         from stave.monitor.probes import free_cores, run_probes
 
-        from stave.monitor.optimizer_probe import optimizer_ratios, probe_sizes
+        from stave.monitor.optimizer_probe import optimizer_probe, probe_sizes
 
         threads = self.config.torch_threads or torch.get_num_threads()
         device = dev.resolve_device(None)
@@ -379,11 +379,12 @@ class DoctorSession:
             # the loop's barrier waits on a lost core are their cost, not the optimizer's).
             free = free_cores(dev.usable_cores(), outside_cores)
             probe_threads = free if not dev.is_cuda(device) and free < threads else None
-            ratios = optimizer_ratios(opt, device, threads=probe_threads)
+            ratios, own_step_s = optimizer_probe(opt, device, threads=probe_threads)
             probes.optimizer_fused_ratio = ratios.get("fused")
             probes.optimizer_foreach_ratio = ratios.get("foreach")
             if ratios:
                 probes.optimizer_probe_threads = probe_threads or threads
+                probes.optimizer_own_step_s = own_step_s
                 sizes = probe_sizes(opt)
                 probes.optimizer_probe = [len(sizes), sum(sizes)]
         self._probe_attention(probes, device)

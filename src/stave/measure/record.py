@@ -92,6 +92,9 @@ class ProbeResults:
     # The intra-op threads the optimizer probe ran at: the script's, or beside other busy processes
     # the cores they left free (None: not probed, or a record from before it was kept).
     optimizer_probe_threads: int | None = None
+    # The run's own implementation's median step in that probe, seconds, on its [tensors, values]
+    # (None: not probed, or a record from before it was kept).
+    optimizer_own_step_s: float | None = None
     # Eager attention's and SDPA's seconds for one attention call, forward and backward, at the
     # run's [batch, heads, seq, head_dim] (attention_probe), measured here after a run whose HF
     # model ran attn_implementation="eager" (monitor/attention_probe.py).

@@ -27,7 +27,7 @@ import time
 import torch
 
 from stave import device as dev
-from stave.analyze.stats import paired_ratio
+from stave.analyze.stats import median, paired_ratio
 from stave.measure.config import FUSED_OPTIMIZERS, OptimizerInfo
 
 log = logging.getLogger(__name__)
@@ -102,8 +102,16 @@ def optimizer_ratios(opt: OptimizerInfo, device: "torch.device | str", threads: 
     """The run's step time over each other implementation's here: ``{"fused": r, "foreach": r}``
     (> 1: that one is faster). Empty when not measurable (no fused kernel, already fused).
     ``threads``: the intra-op threads to time them at (None: the current setting), restored after."""
+    return optimizer_probe(opt, device, threads)[0]
+
+
+def optimizer_probe(opt: OptimizerInfo, device: "torch.device | str",
+                    threads: int | None = None) -> tuple[dict[str, float], float | None]:
+    """:func:`optimizer_ratios`, and the run's own implementation's median step in seconds on the
+    probe's tensors (None where not measured): beside other busy processes, the optimizer's time
+    at the free cores, where the run's own phase carries its ops' waits at the barrier."""
     if opt.type not in FUSED_OPTIMIZERS or opt.fused:
-        return {}
+        return {}, None
     saved = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(max(1, threads))
@@ -113,7 +121,7 @@ def optimizer_ratios(opt: OptimizerInfo, device: "torch.device | str", threads: 
         torch.set_num_threads(saved)
 
 
-def _ratios(opt: OptimizerInfo, device: torch.device) -> dict[str, float]:
+def _ratios(opt: OptimizerInfo, device: torch.device) -> tuple[dict[str, float], float | None]:
     gen = torch.Generator(device=device).manual_seed(_SEED)
     own = run_implementation(opt, device)
     sizes = probe_sizes(opt)
@@ -129,7 +137,7 @@ def _ratios(opt: OptimizerInfo, device: torch.device) -> dict[str, float]:
             log.debug("optimizer probe: %s %s skipped: %s", opt.type, name, exc)
             optimizers.pop(name, None)
     if own not in optimizers:
-        return {}
+        return {}, None
     # Steps per round such that the minimum rounds fit the budget (the warm-up's step times,
     # first-call costs included, over-estimate a step: fewer steps, never more).
     steps = max(1, min(STEPS_PER_ROUND, int(BUDGET_S / (MIN_ROUNDS * max(warm_s, 1e-9)))))
@@ -141,7 +149,7 @@ def _ratios(opt: OptimizerInfo, device: torch.device) -> dict[str, float]:
             times[name].append(_round_s(optimizers[name], device, steps))
         if r + 1 >= MIN_ROUNDS and time.perf_counter() - start > BUDGET_S:
             break
-    return {name: paired_ratio(times[own], t) for name, t in times.items() if name != own}
+    return {name: paired_ratio(times[own], t) for name, t in times.items() if name != own}, median(times[own])
 
 
 def fused_optimizer_ratio(opt: OptimizerInfo, device: "torch.device | str") -> float | None:

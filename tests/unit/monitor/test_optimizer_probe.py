@@ -90,3 +90,13 @@ def test_probe_runs_at_the_threads_it_is_given_and_restores_the_setting(monkeypa
         assert set(seen) == {2}
     finally:
         torch.set_num_threads(saved)
+
+
+def test_probe_keeps_the_runs_own_step_time_and_more_values_take_longer():
+    """The own implementation's median step (the optimizer's time at the probe's threads), which
+    OPTIMIZER_UNFUSED uses beside busy processes; none where nothing was probed."""
+    small_ratios, small_s = optimizer_probe.optimizer_probe(OptimizerInfo("SGD", 2_000, 4), "cpu", threads=1)
+    big_ratios, big_s = optimizer_probe.optimizer_probe(OptimizerInfo("SGD", 4_000_000, 4), "cpu", threads=1)
+    assert small_ratios and big_ratios and small_s is not None and big_s is not None
+    assert 0 < small_s < big_s  # 2000x the values: the memory traffic shows
+    assert optimizer_probe.optimizer_probe(OptimizerInfo("AdamW", 100, 2, fused=True), "cpu") == ({}, None)

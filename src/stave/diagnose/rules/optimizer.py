@@ -12,13 +12,15 @@ counted ops at the measured per-op cost are the part a fused update removes.
 
 from __future__ import annotations
 
-from stave.analyze.step_model import phase_s
+from stave.analyze.step_inputs import step_inputs
+from stave.analyze.step_model import estimate, phase_s, step_time, without_phase_time
 from stave.diagnose.engine import rule
 from stave.diagnose.finding import Finding
 from stave.diagnose.inputs import DoctorInput
-from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, is_gpu, make_finding, saving_speedup
+from stave.diagnose.rules._helpers import REPORT_MIN_SPEEDUP, at_free_cores, is_gpu, make_finding, saving_speedup
 from stave.measure.config import FUSED_OPTIMIZERS as FUSED_TYPES
 from stave.measure.config import OptimizerInfo
+from stave.measure.record import RunRecord
 # A fused update still reads and writes every parameter and its state: at least this share of the
 # optimizer's time stays (the memory traffic no implementation avoids).
 MIN_TIME_LEFT = 0.2
@@ -59,6 +61,49 @@ def fused_optimizer_s(optimizer_s: float, optimizer_ops: int, groups: int, op_ov
     return max(optimizer_s - removed_ops * op_overhead_s, optimizer_s * MIN_TIME_LEFT)
 
 
+def probe_own_step_s(record: RunRecord, opt: OptimizerInfo) -> float | None:
+    """The optimizer probe's time for the run's own implementation, at the run's values: the probe's
+    median step scaled by the run's values over the probe's where the probe was capped
+    (:data:`~stave.monitor.optimizer_probe.MAX_PROBE_VALUES`; the memory traffic grows with the
+    values, the per-tensor cost does not, so this over-states the time, never under-states it)."""
+    own_s = record.probes.optimizer_own_step_s
+    probe = record.probes.optimizer_probe
+    if own_s is None or len(probe) < 2 or probe[1] <= 0:
+        return None
+    return own_s * max(1.0, opt.params / probe[1])
+
+
+def busy_priced(inp: DoctorInput, opt: OptimizerInfo, ratio: float | None) -> tuple[float, float, float] | None:
+    """Beside other busy processes, the fix priced on the step at the free cores: (estimate, the
+    optimizer's seconds there, with the fix). ``None`` where the run was not beside them, or the
+    probe did not time the run's own implementation at the free cores.
+
+    There every op of a per-tensor loop waits at the pool's barrier for the thread that lost its
+    core to them: ten waits a tensor, where a fused call waits once. The run's optimizer phase
+    carries those waits (python_token_loop: 130 ms a step beside a busy loop, 3.6 ms alone), which
+    are MACHINE_BUSY's, and priced on it the fix took their share of the step (a healthy nanoGPT
+    loop got OPTIMIZER_UNFUSED 1.16x). The probe timed the run's own implementation on tensors of
+    its sizes at the free cores, beside them, so that is the optimizer's time there; the rest of
+    the step is the step at the free cores (:func:`at_free_cores`).
+    """
+    record = inp.record
+    threads = record.config.torch_threads or record.config.cores_usable
+    if ratio is None or record.probes.optimizer_probe_threads is None or not threads \
+            or record.probes.optimizer_probe_threads >= threads:
+        return None
+    free = at_free_cores(inp)
+    own_s = probe_own_step_s(record, opt)
+    model = step_inputs(free.record, free.summary) if free is not inp else None
+    if model is None or own_s is None:
+        return None
+    phase = model.phases_s.get("optimizer", 0.0)
+    opt_s = min(phase, own_s)
+    new_opt_s = probed_optimizer_s(opt_s, ratio)
+    before = without_phase_time(model, {"optimizer": phase - opt_s})
+    after = without_phase_time(before, {"optimizer": opt_s - new_opt_s})
+    return estimate(before, after, step_time(before).step_s), opt_s, new_opt_s
+
+
 @rule("OPTIMIZER_UNFUSED", kind="doctor")
 def optimizer_unfused(inp: DoctorInput) -> Finding | None:
     """The optimizer is a large share of the step and a fused implementation would shrink it."""
@@ -88,9 +133,13 @@ def optimizer_unfused(inp: DoctorInput) -> Finding | None:
     else:
         return None
     est = saving_speedup(inp, {"optimizer": opt_s - new_opt_s}, t)
+    opt = unfused[0]
+    # The probe rebuilt the optimizer with the most parameters (capture/session.py).
+    busy = busy_priced(inp, max(cfg.optimizers, key=lambda o: o.params), ratio)
+    if busy is not None:
+        est = busy[0]
     if est < REPORT_MIN_SPEEDUP:
         return None
-    opt = unfused[0]
     mode = "foreach" if opt.foreach or (gpu and opt.foreach is None) else "a per-tensor loop"
     return make_finding(
         "OPTIMIZER_UNFUSED",
@@ -114,6 +163,9 @@ def optimizer_unfused(inp: DoctorInput) -> Finding | None:
             "probe_foreach_ratio": record.probes.optimizer_foreach_ratio,
             "probe_tensors_values": record.probes.optimizer_probe,
             "probe_threads": record.probes.optimizer_probe_threads,
+            "probe_own_step_s": record.probes.optimizer_own_step_s,
+            "optimizer_s_at_free_cores": busy[1] if busy is not None else None,
+            "fused_optimizer_s_at_free_cores": busy[2] if busy is not None else None,
         },
         f"optimizer = torch.optim.{opt.type}(model.parameters(), lr=lr, {impl}=True)  # "
         + ("one kernel per group" if impl == "fused" else "one op per step over all tensors"),
