@@ -69,6 +69,8 @@ from stave.monitor.probes import spinner_code  # noqa: E402
 from stave.files import atomic_write_json, atomic_write_text  # noqa: E402
 
 MATRIX_PATH = ROOT / "benchmarks" / "scenarios" / "matrix.toml"
+# The GPU rows (issue 14, item 5): run with --matrix where CUDA is available.
+GPU_MATRIX_PATH = ROOT / "benchmarks" / "scenarios" / "matrix_gpu.toml"
 PLANTED_DIR = ROOT / "tests" / "planted"
 DOCS_PATH = ROOT / "docs" / "benchmarks.md"
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "scenarios.json"
@@ -119,7 +121,8 @@ class Variant:
 
     @property
     def label(self) -> str:
-        return f"{self.name}/{self.cores}c{'/hog' if self.hog else ''}"
+        cores = f"{self.cores}c" if self.cores > 0 else "allc"
+        return f"{self.name}/{cores}{'/hog' if self.hog else ''}"
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,10 @@ class Scenario:
     # (``num_workers -> --fixed-workers``): benchmarks/verify_vs_hand.py then times the hand fix
     # with the value the doctor named, not the script author's own choice.
     hand_params: tuple[tuple[str, str], ...] = ()
+    device: str = "cpu"  # "cuda": a GPU row (matrix_gpu.toml), skipped where CUDA is not available
+    # The untimed first pair warms the page cache and the compile caches for the pairs after it; a
+    # GPU row's data is made in memory and its caches are per process, so it can go without.
+    warmup_pair: bool = True
 
     @property
     def healthy(self) -> bool:
@@ -170,6 +177,20 @@ def cpu_model() -> str:
     except OSError:  # not Linux: the machine type is what can be named
         return platform.processor() or platform.machine()
     return platform.processor() or platform.machine()
+
+
+def gpu_name() -> str:
+    """The first CUDA device's name ("" without one), read through stave's device module."""
+    from stave.device import cuda_available, describe_device
+
+    return describe_device("cuda").name if cuda_available() else ""
+
+
+def torch_version() -> str:
+    """The torch the children run (a GPU machine's image may bring its own)."""
+    import torch
+
+    return torch.__version__
 
 
 def load_matrix(path: Path = MATRIX_PATH, bf16: bool | None = None) -> list[Scenario]:
@@ -205,6 +226,8 @@ def load_matrix(path: Path = MATRIX_PATH, bf16: bool | None = None) -> list[Scen
             fast_steps=int(raw.get("fast_steps", defaults.get("fast_steps", 15))),
             framework=raw.get("framework", ""),
             hand_params=tuple(sorted(raw.get("hand_params", {}).items())),
+            device=raw.get("device", defaults.get("device", "cpu")),
+            warmup_pair=bool(raw.get("warmup_pair", defaults.get("warmup_pair", True))),
         ))
     return out
 
@@ -222,8 +245,11 @@ def child_env() -> dict[str, str]:
 
 
 def core_set(cores: int) -> set[int]:
-    """The first ``cores`` CPUs this process may use."""
+    """The first ``cores`` CPUs this process may use (all of them for 0: a GPU row runs on the
+    machine as it is)."""
     usable = sorted(os.sched_getaffinity(0))
+    if cores <= 0:
+        return set(usable)
     if cores > len(usable):
         raise ScenarioError(f"the variant wants {cores} cores, this process may use {len(usable)}")
     return set(usable[:cores])
@@ -282,10 +308,13 @@ def script_cmd(scenario: Scenario, variant: Variant, steps: int, fixed: bool) ->
     return head + ["--steps", str(steps), "--warmup", str(scenario.warmup), *variant.args] + (["--fixed"] if fixed else [])
 
 
-def doctor_cmd(scenario: Scenario, variant: Variant, steps: int, json_path: Path) -> list[str]:
-    """The planted script under ``stave doctor --json``."""
+def doctor_cmd(scenario: Scenario, variant: Variant, steps: int, json_path: Path,
+               record_path: Path | None = None) -> list[str]:
+    """The planted script under ``stave doctor --json`` (through :mod:`benchmarks.record_doctor`, which
+    keeps the run's RunRecord, when ``record_path`` is given)."""
     dist = [f"--nproc-per-node={scenario.nproc}"] if scenario.nproc > 1 else []
-    return [sys.executable, "-m", "stave", "doctor", "--quiet", *dist, "--steps", str(steps), "--json",
+    head = ["-m", "benchmarks.record_doctor", str(record_path)] if record_path is not None else ["-m", "stave"]
+    return [sys.executable, *head, "doctor", "--quiet", *dist, "--steps", str(steps), "--json",
             str(json_path), str(PLANTED_DIR / scenario.script), "--steps", str(steps), *variant.args]
 
 
@@ -410,7 +439,8 @@ def named_fix_args(scenario: Scenario, findings: Sequence[dict[str, Any]]) -> li
     return hand_fix_args(scenario, plan.label())
 
 
-def measure_row(scenario: Scenario, variant: Variant, pairs: int, steps: int, tmp: Path) -> Row:
+def measure_row(scenario: Scenario, variant: Variant, pairs: int, steps: int, tmp: Path,
+                records: Path | None = None) -> Row:
     """The doctor once, then interleaved planted/fixed pairs after a warm-up pair (the fixed side
     takes the value the doctor named where the scenario maps it: ``hand_params``)."""
     row = Row(scenario.name, variant.label, scenario.mechanism, scenario.expect, variant.cores, variant.hog,
@@ -422,8 +452,10 @@ def measure_row(scenario: Scenario, variant: Variant, pairs: int, steps: int, tm
     try:
         if hog is not None:
             hog.__enter__()
-        report_path = tmp / f"{scenario.name}-{variant.name}-{variant.cores}-{int(variant.hog)}.json"
-        run_child(doctor_cmd(scenario, variant, steps, report_path), cpus)
+        stem = f"{scenario.name}-{variant.name}-{variant.cores}-{int(variant.hog)}"
+        report_path = tmp / f"{stem}.json"
+        record_path = records / f"{stem}.rec.json" if records is not None else None
+        run_child(doctor_cmd(scenario, variant, steps, report_path, record_path), cpus)
         report = json.loads(report_path.read_text(encoding="utf-8"))
         raw_findings = report.get("findings", [])
         row.findings = [[f["id"], f.get("est_speedup"), f.get("severity")] for f in raw_findings]
@@ -432,7 +464,8 @@ def measure_row(scenario: Scenario, variant: Variant, pairs: int, steps: int, tm
         grows = scenario.statistic == "samples_per_s"
         planted: list[float] = []
         fixed: list[float] = []
-        for i in range(pairs + 1):  # pair 0 warms caches (page cache, compile caches) and is dropped
+        # Pair 0 warms caches (page cache, compile caches) and is dropped.
+        for i in range(0 if scenario.warmup_pair else 1, pairs + 1):
             row.load_avg_1min.append(os.getloadavg()[0])
             order = (False, True) if i % 2 == 0 else (True, False)
             got: dict[bool, float] = {}
@@ -665,8 +698,9 @@ def render_markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
     """The docs/benchmarks.md section: conditions, goals, confusion matrix, estimates, hog, controls."""
     s = summary(rows)
     lines = [
-        f"Last run: {meta['date']}, {meta['machine']}, {meta['pairs']} interleaved pairs per row after a warm-up "
-        f"pair, {meta['minutes']:.0f} min in all{', QUICK smoke run (not a measurement of the goals)' if meta['quick'] else ''}"
+        f"Last run: {meta['date']}, {meta['machine']}, {meta['pairs']} interleaved pairs per row "
+        f"{'after a warm-up pair' if meta.get('warmup_pair', True) else '(no warm-up pair)'}, "
+        f"{meta['minutes']:.0f} min in all{', QUICK smoke run (not a measurement of the goals)' if meta['quick'] else ''}"
         f"{', only ' + meta['only'] if meta['only'] else ''}"
         f"{', the first row of each scenario' if meta.get('first_rows') else ''}; torch's default threads; 1-min load average "
         f"{meta['load_min']:.1f}-{meta['load_max']:.1f} during the pairs"
@@ -743,9 +777,53 @@ def select(scenarios: Sequence[Scenario], only: str | None) -> list[Scenario]:
     return [s for s in scenarios if any(fnmatch.fnmatch(k, p) for p in pats for k in (s.name, s.mechanism, s.expect))]
 
 
+def record_stem(row: Row) -> str:
+    """The file name stem :func:`measure_row` gives a row's report and record."""
+    return f"{row.scenario}-{row.variant.split('/', 1)[0]}-{row.cores}-{int(row.hog)}"
+
+
+def rejudge(results: Path, records: Path, out: Path, argv: Sequence[str]) -> int:
+    """Judge a results file's rows again on the records its run kept, with this checkout's rules."""
+    from stave.doctor.facade import diagnose
+    from stave.errors import StaveError
+    from stave.measure.record import RunRecord
+
+    try:
+        saved = json.loads(results.read_text(encoding="utf-8"))
+        rows = [Row(**r) for r in saved["rows"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"cannot read the results {results}: {exc}", file=sys.stderr)
+        return 2
+    missing = []
+    for row in rows:
+        path = records / f"{record_stem(row)}.rec.json"
+        if not path.is_file():
+            missing.append(path.name)
+            continue
+        try:
+            result = diagnose([RunRecord.load(path)])
+        except StaveError as exc:
+            print(f"{path}: {exc}", file=sys.stderr)
+            return 2
+        row.findings = [[f.id, f.est_speedup, f.severity] for f in result.findings]
+        row.top_finding = row.findings[0][0] if row.findings else None
+        row.top_right = row.estimate_within = row.control_clean = row.est_speedup = None
+        judge(row)
+    if missing:
+        print(f"no record for {len(missing)} rows (kept as judged before): {', '.join(missing)}", file=sys.stderr)
+    meta = dict(saved["meta"], command="python benchmarks/scenarios.py " + " ".join(argv),
+                rejudged_from=str(results))
+    atomic_write_json(out, {"schema": "stave.scenarios/1", "meta": meta, "summary": summary(rows),
+                            "rows": [asdict(r) for r in rows]})
+    print(render_markdown(rows, meta))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the matrix; results to --out after every row, the docs section with --write-docs."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--matrix", default=str(MATRIX_PATH), help="the registry (default benchmarks/scenarios/"
+                        "matrix.toml; the GPU rows are in matrix_gpu.toml)")
     parser.add_argument("--only", metavar="PATTERN", help="scenarios whose name/mechanism/finding matches "
                         "(glob or substring; comma-separated for several)")
     parser.add_argument("--variant", metavar="PATTERN", help="only rows whose label (e.g. 'base/2c/hog') matches "
@@ -763,11 +841,21 @@ def main(argv: list[str] | None = None) -> int:
                         "so far have run; the rows left out are listed")
     parser.add_argument("--reports", metavar="DIR", help="keep the doctor's JSON report of each row in DIR "
                         "(the evidence behind a row's verdicts)")
+    parser.add_argument("--records", metavar="DIR", help="keep each row's RunRecord (the doctor's measurements) "
+                        "in DIR, so a changed rule can be judged again on them without running the row")
+    parser.add_argument("--rejudge", metavar="RESULTS", help="run nothing: judge the rows of a results file again "
+                        "with this checkout's rules, on the RunRecords that run kept (--records DIR names them); the "
+                        "measured speedups stay, the findings and verdicts are new; written to --out")
     parser.add_argument("--list", action="store_true", help="list the rows in run order with their estimated "
                         "runtime, run nothing")
     parser.add_argument("--from-json", metavar="PATH", help="run nothing: render (and with --write-docs write) "
                         "the section from a results file written earlier")
     args = parser.parse_args(argv)
+    if args.rejudge:
+        if not args.records:
+            print("--rejudge needs --records DIR (the RunRecords the run kept)", file=sys.stderr)
+            return 2
+        return rejudge(Path(args.rejudge), Path(args.records), Path(args.out), argv if argv is not None else sys.argv[1:])
     if args.from_json:
         saved = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
         markdown = render_markdown([Row(**r) for r in saved["rows"]], saved["meta"])
@@ -779,7 +867,11 @@ def main(argv: list[str] | None = None) -> int:
     if pairs < 1:
         print(f"--pairs must be >= 1, got {pairs}", file=sys.stderr)
         return 2
-    scenarios = select(load_matrix(), args.only)
+    try:
+        scenarios = select(load_matrix(Path(args.matrix)), args.only)
+    except (OSError, tomllib.TOMLDecodeError, KeyError) as exc:
+        print(f"cannot read the matrix {args.matrix}: {exc}", file=sys.stderr)
+        return 2
     if not scenarios:
         print(f"no scenario matches {args.only!r}", file=sys.stderr)
         return 2
@@ -788,6 +880,9 @@ def main(argv: list[str] | None = None) -> int:
         missing = missing_modules(sc)
         if missing:
             print(f"skip {sc.name}: {', '.join(missing)} not importable", file=sys.stderr)
+            continue
+        if sc.device == "cuda" and not gpu_name():
+            print(f"skip {sc.name}: needs a CUDA GPU, none is available", file=sys.stderr)
             continue
         variants = list(sc.variants)
         if args.variant:
@@ -801,8 +896,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     plan = prioritized(plan)
     out_path = Path(args.out)
-    if args.reports:
-        Path(args.reports).mkdir(parents=True, exist_ok=True)
+    for folder in (args.reports, args.records):
+        if folder:
+            Path(folder).mkdir(parents=True, exist_ok=True)
     history = load_history([*out_path.parent.glob("*.json"), *DEFAULT_OUT.parent.glob("*.json")], scenarios)
     startup = measure_startup_s(core_set(1))
 
@@ -841,10 +937,13 @@ def main(argv: list[str] | None = None) -> int:
     meta: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{cpu_model()}, {os.cpu_count()} cores, "
-                   f"native bf16: {native_bf16_cpu()}",
+                   f"native bf16: {native_bf16_cpu()}"
+                   + (f", GPU {gpu_name()}, torch {torch_version()}" if any(sc.device == "cuda" for sc, _ in plan)
+                      else ""),
         "pairs": pairs, "quick": args.quick, "only": args.only or "", "first_rows": args.first_rows,
         "estimated_minutes": planned_s / 60, "budget_min": args.budget_min, "skipped_for_budget": skipped,
         "startup_s": startup,
+        "warmup_pair": all(sc.warmup_pair for sc, _ in plan),
         "command": "python benchmarks/scenarios.py " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
 
@@ -883,7 +982,8 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 progress.update(task, description=f"{sc.name} {v.label}")
                 steps = row_steps(sc)
-                row = measure_row(sc, v, pairs, steps, Path(args.reports) if args.reports else Path(tmp))
+                row = measure_row(sc, v, pairs, steps, Path(args.reports) if args.reports else Path(tmp),
+                                  Path(args.records) if args.records else None)
                 rows.append(row)
                 save(final=False)
                 progress.console.print(

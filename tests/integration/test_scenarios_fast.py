@@ -223,3 +223,44 @@ def test_healthy_script_beside_a_hog_gets_machine_busy_only(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     ids = [f["id"] for f in json.loads(out.read_text())["findings"]]
     assert ids == [driver.MACHINE_BUSY], ids
+
+
+# Small sizes for the GPU scripts' CPU runs: the CPU only shows they run, not what they plant.
+GPU_SCRIPT_SMALL_ARGS = {
+    "gpu_healthy": ["--batch-size", "32", "--width", "64"],
+    "gpu_sync_per_step": ["--batch-size", "32", "--width", "64", "--layers", "2"],
+    "gpu_pageable_copies": ["--batch-size", "8", "--size", "32", "--batches", "2"],
+    "gpu_small_batch": ["--width", "64", "--fixed-batch-size", "64"],
+    "gpu_fp32_matmul": ["--batch-size", "32", "--width", "64"],
+    "gpu_cudnn_benchmark_off": ["--batch-size", "2", "--size", "32"],
+    "gpu_data_main_process": ["--batch-size", "8", "--fixed-workers", "1"],
+}
+
+
+def test_gpu_registry_and_its_scripts_run_planted_and_fixed(capsys):
+    """The GPU rows (matrix_gpu.toml) load, name scripts that exist and expectations with docs pages,
+    and every script runs on a CPU, planted and fixed, to its timing line (a GPU row itself is
+    skipped without CUDA: nothing else keeps these scripts from rotting between lent GPUs)."""
+    import runpy
+
+    gpu = driver.load_matrix(driver.GPU_MATRIX_PATH)
+    assert {s.name for s in gpu} == set(GPU_SCRIPT_SMALL_ARGS)
+    assert all(s.device == "cuda" and not s.warmup_pair for s in gpu)
+    assert all(s.statistic in ("mean_step_s", "samples_per_s") for s in gpu)  # the device's pace, not launches
+    assert any(s.healthy for s in gpu)
+    for s in gpu:
+        if s.expect:
+            assert (ROOT / "docs" / "findings" / f"{s.expect}.md").is_file(), s.expect
+    sys.path.insert(0, str(PLANTED))
+    saved_argv = sys.argv
+    try:
+        for s in gpu:
+            for fixed in ([], ["--fixed"]):
+                sys.argv = [s.script, "--steps", "3", "--warmup", "1", *GPU_SCRIPT_SMALL_ARGS[s.name], *fixed]
+                runpy.run_path(str(PLANTED / s.script), run_name="__main__")
+                line = capsys.readouterr().out.strip().splitlines()[-1]
+                assert line.startswith(driver.TIMING_PREFIX), (s.name, fixed, line)
+                assert json.loads(line[len(driver.TIMING_PREFIX):])["steps"] == 2
+    finally:
+        sys.argv = saved_argv
+        sys.path.remove(str(PLANTED))

@@ -13,6 +13,7 @@ import functools
 import json
 import statistics
 import time
+from typing import Callable
 
 TIMING_PREFIX = "PLANTED-TIMING "
 
@@ -31,9 +32,14 @@ def planted_args(description: str, steps: int = 60, **extra: int | float | str) 
 class StepTimer:
     """Durations of optimizer steps after ``warmup`` of them; ``done`` once ``steps`` were taken."""
 
-    def __init__(self, steps: int, warmup: int) -> None:
+    def __init__(self, steps: int, warmup: int, sync: "Callable[[], None] | None" = None) -> None:
         self.steps = steps
         self.warmup = warmup
+        # On a GPU the host runs ahead of the device: ``sync`` (torch.cuda.synchronize) is called once
+        # when the warm-up ends and once before the report, so the counted steps span the device's
+        # own work, queued and drained, and a mean step is the device's pace. Never in between: a
+        # sync per step would plant SYNC_IN_LOOP into every GPU script.
+        self.sync = sync
         self.taken = 0
         self.samples = 0
         self.durations: list[float] = []
@@ -41,6 +47,8 @@ class StepTimer:
 
     def step(self, samples: int) -> None:
         """Call right after ``optimizer.step()``; ``samples`` is the batch's sample count."""
+        if self.sync is not None and self.taken == self.warmup - 1:
+            self.sync()
         now = time.perf_counter()
         if self.taken >= self.warmup:
             self.durations.append(now - self._last)
@@ -55,6 +63,10 @@ class StepTimer:
 
     def report(self) -> None:
         """Print the timing line (stdout, last line of the run)."""
+        if self.sync is not None and self.durations:
+            # The work still queued belongs to the counted steps: the last one ends when it drains.
+            self.sync()
+            self.durations[-1] += time.perf_counter() - self._last
         total = sum(self.durations)
         out = {
             "steps": len(self.durations),
@@ -86,3 +98,27 @@ def cpu_autocast():
     import torch
 
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=native_bf16())
+
+
+def planted_device():
+    """The GPU planted scripts' device: CUDA where there is one (their matrix rows run only there),
+    else the CPU, where they still run (tests/integration keeps them from rotting) but plant nothing
+    the doctor's GPU rules look at."""
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def device_sync(device):
+    """``torch.cuda.synchronize`` for a CUDA device (the timer's bounds), None on a CPU."""
+    import torch
+
+    return torch.cuda.synchronize if device.type == "cuda" else None
+
+
+def device_autocast(device):
+    """bf16 autocast on a GPU (every GPU the matrix runs on has bf16 tensor cores), the CPU's
+    choice (:func:`cpu_autocast`) on a CPU."""
+    import torch
+
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else cpu_autocast()

@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 
 from stave.analyze.stats import median
 from stave.measure.host import MIN_OTHER_CORES_SAMPLES, HostSample, other_cores_of, other_cores_readings
+from stave.analyze.gpu_util import gpu_util_window
 from stave.measure.record import RunRecord
 
 # A counter counts as "active" in a sample above this rate: a page or two swapped per second is
@@ -104,9 +105,11 @@ def summarize_host(record: RunRecord) -> HostSummary:
         "psi_io_some_pct",
         "swap_in_bytes_per_s",
         "swap_out_bytes_per_s",
-        "gpu_util_pct",
     ):
         setattr(out, name, _median_or_none(present(samples, lambda s, n=name: getattr(s, n))))
+    # NVML's readings describe their past sample period: only those inside the counted steps count.
+    window = gpu_util_window(record)
+    out.gpu_util_pct = window.util_pct if window is not None else None
     swap = [
         max(s.swap_in_bytes_per_s or 0.0, s.swap_out_bytes_per_s or 0.0)
         for s in samples

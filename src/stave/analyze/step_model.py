@@ -118,6 +118,10 @@ class StepInputs:
     wake_min_wait_s: float = float("inf")
     gpu: bool = False
     device_s: float | None = None
+    # The part of ``device_s`` that does not grow with the batch: every kernel occupies the GPU for a
+    # minimum time however little it computes (see step_inputs.GPU_KERNEL_MIN_S). The rest grows
+    # with ``batch_scale`` and shrinks with the ``phase_speed`` of the phases it runs in.
+    device_fixed_s: float = 0.0
     # CPU-seconds per step of work a fix moves into the trainer's compute (not measured there, so not
     # taken back from any stretch): a per-sample transform run once on the collated batch by the
     # intra-op threads. It is per-sample work: it grows with the batch.
@@ -377,11 +381,36 @@ def _wake_after(inp: StepInputs, idle_s: float) -> float:
     return inp.wake_s if inp.wake_s > 0 and idle_s >= inp.wake_min_wait_s else 0.0
 
 
+# The phases whose GPU work is kernels (NVML's utilization counts kernels; the copy engine's
+# transfers and the host's gaps are not in it).
+DEVICE_PHASES = ("forward", "backward", "optimizer")
+
+
+def device_busy_s(inp: StepInputs) -> float | None:
+    """The GPU's busy seconds per step under the inputs' changes (None when not measured).
+
+    The measured busy time less its fixed part (each kernel's minimum time) grows with the batch and
+    runs ``phase_speed`` times faster in the phases a fix speeds up, weighted by the phases' measured
+    time: bf16 on forward and backward shrinks the device's work as it shrinks theirs. (Before this
+    the floor was the measured busy time times the batch scale, and a bf16 fix on a GPU-bound fp32
+    step was priced at no gain however fast the probe found bf16.)
+    """
+    if inp.device_s is None:
+        return None
+    fixed = min(max(inp.device_fixed_s, 0.0), inp.device_s)
+    phases = [p for p in DEVICE_PHASES if inp.phases_s.get(p, 0.0) > 0]
+    total = sum(inp.phases_s[p] for p in phases)
+    speed = (sum(inp.phases_s[p] / max(inp.phase_speed.get(p, 1.0), 1e-9) for p in phases) / total
+             if total > 0 else 1.0)
+    return fixed + (inp.device_s - fixed) * inp.batch_scale * speed
+
+
 def _device_bound(inp: StepInputs, st: StepTime) -> StepTime:
     """On a GPU the host cannot run ahead of the device by more than its launch queue: the step is at
     least the device's busy time."""
-    if inp.device_s is not None and inp.device_s * inp.batch_scale > st.step_s:
-        return dataclasses.replace(st, step_s=inp.device_s * inp.batch_scale, bound="device")
+    busy = device_busy_s(inp)
+    if busy is not None and busy > st.step_s:
+        return dataclasses.replace(st, step_s=busy, bound="device")
     return st
 
 

@@ -125,9 +125,11 @@ class CopyHooks:
                 try:
                     return original(self, *args, **kwargs)
                 finally:
-                    tracker.exit(owned)
+                    # Recorded before the phase closes: the copy's bytes belong to the h2d phase it
+                    # opened (recorded after, they found no open phase and every step read 0 bytes).
                     nb = _non_blocking(args, kwargs)
                     hooks.record_copy(direction, self, nb, tracker.clock.mark().host_ns - start)
+                    tracker.exit(owned)
                     if direction == "d2h" and not nb:
                         hooks.record_sync(".to('cpu')")
 
@@ -146,9 +148,9 @@ class CopyHooks:
                 try:
                     return original(self, *args, **kwargs)
                 finally:
-                    tracker.exit(owned)
                     nb = bool(kwargs.get("non_blocking", args[1] if len(args) > 1 else False))
                     hooks.record_copy("h2d", self, nb, tracker.clock.mark().host_ns - start)
+                    tracker.exit(owned)
 
             return cuda
 
@@ -161,9 +163,9 @@ class CopyHooks:
                 try:
                     return original(self, src, *args, **kwargs)
                 finally:
-                    tracker.exit(owned)
                     nb = bool(kwargs.get("non_blocking", args[0] if args else False))
                     hooks.record_copy("h2d", src, nb, tracker.clock.mark().host_ns - start)
+                    tracker.exit(owned)
 
             return copy_
 

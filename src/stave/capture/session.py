@@ -367,10 +367,14 @@ class DoctorSession:
         waits = sorted(s.data_wait_ns / 1e9 for s in self._record.counted_steps() if s.eval_ns == 0)
         data_wait_s = waits[len(waits) // 2] if waits else None
         outside_cores = self._outside_cores()
+        # The mean size of the copies to the GPU from pageable memory: what the pinned probe copies.
+        pageable = [c for c in self.copies.copies.values() if c.direction == "h2d" and not c.pinned and c.count]
+        pageable_bytes = (sum(c.nbytes for c in pageable) // sum(c.count for c in pageable)) if pageable else None
         probes = run_probes(threads, device, budget_s=budget_s, gemm_shapes=self.config.gemm_shapes,
                             batch_rows=batch_rows(self.config.batch), matmul_shapes=self.config.matmul_shapes,
                             conv_shapes=self.config.conv_shapes, gemm_dtype=self.config.gemm_dtype,
-                            data_wait_s=data_wait_s, outside_cores=outside_cores)
+                            data_wait_s=data_wait_s, outside_cores=outside_cores,
+                            pageable_copy_bytes=pageable_bytes)
         # The optimizer with most parameters: the one whose step the finding would change.
         optimizers = sorted(self.config.optimizers, key=lambda o: -o.params)
         if optimizers:

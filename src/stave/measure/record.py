@@ -74,6 +74,11 @@ class ProbeResults:
     # GEMM and one layer-sized activation.
     threads_probe_source: str = "generic"
     op_overhead_ns: float | None = None
+    # A copy to the GPU from pageable memory over the same copy from pinned memory (non_blocking,
+    # drained), timed after a GPU run that copied from pageable memory, at the size of its copies
+    # (``pinned_copy_probe_bytes``): what pinning buys on this machine's link (monitor/probes.py).
+    pinned_copy_speedup: float | None = None
+    pinned_copy_probe_bytes: int | None = None
     # FLOP/s of the bf16 probe's fp32 matmul: turns the step's counted matmul/conv FLOPs into the
     # time autocast can shorten (the rest of forward/backward stays fp32).
     fp32_matmul_flops_per_s: float | None = None

@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -73,7 +74,7 @@ MAX_STARTUP_S = 2.0
 # oversubscribed pool takes several times its normal time: it gets the largest share. The busy-threads
 # probe (beside other busy processes) times the same work at two thread counts: the same share.
 _SHARES = {"bf16": 0.45, "rate": 0.45, "batch_scale": 0.3, "threads": 1.2, "busy_threads": 1.2, "neighbour": 0.9,
-           "spin": 0.3, "wake": 0.6, "overhead": 0.15}
+           "spin": 0.3, "wake": 0.6, "overhead": 0.15, "pinned": 0.3}
 # The batch-scaling probe times each of the step's GEMM shapes at its batch rows and at this many
 # times them: wide enough apart that the line through the two times separates the per-call cost
 # from the per-row cost, while the larger operand stays a training-sized GEMM. 8x is also a
@@ -202,6 +203,36 @@ def _steadier(first: RatioResult | None, again: Callable[[], RatioResult | None]
     second = again()
     best = second if second is not None and second.spread < first.spread else first
     return best, second is None or second.spread > PROBE_SPREAD_MAX
+
+
+# The pinned probe copies at most this many bytes a call (a batch of 224 px float32 images at 256 is
+# 154 MB): host memory the job may need, and a copy this large runs at the link's steady rate.
+PINNED_PROBE_MAX_BYTES = 256 * 1024 * 1024
+
+
+def _pinned_copy_probe(nbytes: int, device: torch.device, deadline: float) -> RatioResult | None:
+    """A copy of ``nbytes`` (at most :data:`PINNED_PROBE_MAX_BYTES`) to the GPU from pageable memory
+    over the same from pinned memory with ``non_blocking=True``, each drained: what H2D_PAGEABLE's fix
+    buys on this machine. A pageable copy is staged through the driver's bounce buffer chunk by chunk;
+    how much slower that is depends on the link and the host's memory (about 2x on PCIe 3/4 in
+    NVIDIA's bandwidthTest; measured rather than assumed). Smaller copies where the full size does
+    not fit the slice (a copy's time grows with its bytes)."""
+    top = min(max(nbytes, 0), PINNED_PROBE_MAX_BYTES)
+    if top < 1024 or not dev.pin_memory_available():
+        return None
+    sizes = tuple(float(max(1024, top // d)) for d in (1, 4, 16))
+
+    def make(size: float) -> Pair:
+        n = int(size)
+        pageable = torch.empty(n, dtype=torch.uint8)
+        pinned = torch.empty(n, dtype=torch.uint8).pin_memory()
+        target = torch.empty(n, dtype=torch.uint8, device=device)
+        return (lambda: target.copy_(pageable)), (lambda: target.copy_(pinned, non_blocking=True))
+
+    result = _interleaved_ratio(sizes, make, device, deadline, work_exponent=1.0)
+    if result is None:
+        return None
+    return dataclasses.replace(result, size=int(result.size))
 
 
 def _matmul(size: int, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> Callable[[], object]:
@@ -886,7 +917,7 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                gemm_shapes: list[list[int]] | None = None, batch_rows: set[int] | None = None,
                matmul_shapes: list[list[int]] | None = None, conv_shapes: list[ConvShape] | None = None,
                gemm_dtype: str | None = None, data_wait_s: float | None = None,
-               outside_cores: float | None = None) -> ProbeResults:
+               outside_cores: float | None = None, pageable_copy_bytes: int | None = None) -> ProbeResults:
     """Run the post-run probes within about ``budget_s`` seconds and return what they measured.
 
     ``torch_threads`` is the thread count the script ran with; ``gemm_shapes`` the step's own
@@ -903,7 +934,8 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
     and left fewer free cores than the pool's threads, the busy-threads probe times the step's work
     at the pool's count over at the free cores, beside them, and the rate and batch-scaling probes run
     at the free cores (what a barrier waiting on a shared core adds to each call is the other
-    processes' cost, MACHINE_BUSY's, not the batch's). Probes that do not
+    processes' cost, MACHINE_BUSY's, not the batch's). ``pageable_copy_bytes``: the mean size of the
+    run's copies to the GPU from pageable memory, which the pinned probe copies both ways. Probes that do not
     apply (bf16 on a CPU without native bf16, threads when the script did not oversubscribe) are
     left ``None``.
     """
@@ -931,6 +963,8 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
     if not dev.is_cuda(device) and free < torch_threads <= cores:
         planned.append("busy_threads")
         pool = free
+    if dev.is_cuda(device) and pageable_copy_bytes:
+        planned.append("pinned")
     if not dev.is_cuda(device):
         planned.append("neighbour")
         if 1 < torch_threads <= cores:
@@ -957,7 +991,7 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
     try:
         with torch.no_grad():
             for name in ("bf16", "rate", "batch_scale", "threads", "busy_threads", "neighbour", "spin", "wake",
-                         "overhead"):
+                         "pinned", "overhead"):
                 if name not in planned:
                     continue
                 spent_share += _SHARES[name] / total_share
@@ -1048,6 +1082,11 @@ def run_probes(torch_threads: int, device: "torch.device | str", budget_s: float
                         out.pool_wake_s = wake.wake_s
                         out.pool_wake_min_wait_s = wake.min_wait_s
                     out.pool_wake_probe = [torch_threads, round(float(data_wait_s or 0.0) * 1e3)]
+                elif name == "pinned":
+                    pinned = _pinned_copy_probe(int(pageable_copy_bytes or 0), device, deadline)
+                    if pinned is not None:
+                        out.pinned_copy_speedup = pinned.ratio
+                        out.pinned_copy_probe_bytes = pinned.size
                 else:
                     out.op_overhead_ns = _overhead_probe(device, deadline)
     finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stave.analyze.step_model import StepInputs, calibrated, compute_cores_wanted, estimate, step_time
+from stave.analyze.step_model import StepInputs, calibrated, compute_cores_wanted, device_busy_s, estimate, step_time
 
 COMPUTE = {"data_wait": 0.0, "forward": 0.04, "backward": 0.05, "optimizer": 0.01, "other": 0.0}
 
@@ -335,3 +335,21 @@ def test_the_pools_wake_up_is_paid_only_after_waits_it_sleeps_through():
     # Two workers leave it waiting ~33 ms: the wake stays in the step.
     two = woken.changed(workers=2)
     assert step_time(two).step_s == pytest.approx(step_time(plain.changed(workers=2)).step_s, rel=1e-6)
+
+
+def test_a_gpu_bound_step_shrinks_with_the_device_work_a_fix_speeds_up():
+    # A GPU-bound step: 30 ms of kernels in forward and backward, the host far ahead of them.
+    phases = {"data_wait": 0.0, "forward": 0.010, "backward": 0.020, "optimizer": 0.0, "other": 0.0}
+    gpu = model(phases_s=phases, gpu=True, device_s=0.030, device_fixed_s=0.001)
+    assert device_busy_s(gpu) == pytest.approx(0.030)
+    # bf16 4x faster on forward and backward: the device's work in them shrinks 4x, its kernels'
+    # fixed time does not (before, the floor stayed at the measured 30 ms: no gain priced at all).
+    faster = gpu.changed(phase_speed={"forward": 4.0, "backward": 4.0})
+    assert device_busy_s(faster) == pytest.approx(0.001 + 0.029 / 4)
+    assert estimate(gpu, faster, 0.030) == pytest.approx(4.0, rel=0.1)
+    # A 4x batch: the work grows 4x, each kernel's minimum time stays.
+    assert device_busy_s(gpu.changed(batch_scale=4.0)) == pytest.approx(0.001 + 0.029 * 4)
+    # A launch-bound step whose kernels are all minimum-time: a larger batch leaves the device's time.
+    tiny = model(phases_s=phases, gpu=True, device_s=0.0004, device_fixed_s=0.0006)
+    assert device_busy_s(tiny.changed(batch_scale=32.0)) == pytest.approx(0.0004)
+    assert device_busy_s(model()) is None

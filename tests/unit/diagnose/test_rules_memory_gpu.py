@@ -188,6 +188,22 @@ def test_h2d_pageable_and_blocking():
     assert b.est_speedup == pytest.approx(0.1 / 0.085, rel=0.01)
 
 
+def test_h2d_pageable_is_priced_at_the_pinned_probes_ratio():
+    # The probe measured pinned copies 8x faster than pageable ones on this machine's link (an H200
+    # read 6 GB/s pageable): 7/8 of the 15 ms copy goes, not the assumed half.
+    rec = gpu_record()
+    rec.copies = copies(pinned=False, non_blocking=False)
+    rec.probes = ProbeResults(op_overhead_ns=30_000.0, pinned_copy_speedup=8.0, pinned_copy_probe_bytes=1_572_864)
+    f = run_rule("H2D_PAGEABLE", rec)
+    assert f is not None
+    assert f.est_speedup == pytest.approx(0.1 / (0.1 - 0.015 * 7 / 8), rel=0.01)
+    assert f.evidence["pinned_copy_speedup"] == 8.0 and f.evidence["pinned_copy_speedup_source"] == "probe"
+    assert "8.0x here" in f.explanation
+    # A probe that found no gain (a link where staging costs nothing) prices none.
+    rec.probes = ProbeResults(op_overhead_ns=30_000.0, pinned_copy_speedup=0.95)
+    assert run_rule("H2D_PAGEABLE", rec) is None
+
+
 def test_h2d_quiet_when_pinned_async_or_on_cpu():
     rec = gpu_record()
     rec.copies = copies(pinned=True, non_blocking=True)

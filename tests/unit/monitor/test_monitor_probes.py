@@ -565,3 +565,19 @@ def _alive(pid: int) -> bool:
             return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_the_pinned_probe_runs_only_on_a_gpu_after_pageable_copies() -> None:
+    # On a CPU there is no link to a device: nothing is planned, whatever the run copied.
+    result = run_probes(1, "cpu", budget_s=0.5, pageable_copy_bytes=64 * 2**20)
+    assert result.pinned_copy_speedup is None and result.pinned_copy_probe_bytes is None
+    assert probes._pinned_copy_probe(64 * 2**20, torch.device("cpu"), time.perf_counter() + 0.5) is None
+
+
+@pytest.mark.cuda
+def test_the_pinned_probe_times_pageable_over_pinned_copies() -> None:
+    result = run_probes(torch.get_num_threads(), "cuda", budget_s=2.0, pageable_copy_bytes=64 * 2**20)
+    # A pinned copy is a direct DMA; a pageable one is staged through the driver's buffer: not faster.
+    assert result.pinned_copy_speedup is not None and result.pinned_copy_speedup > 0.9
+    assert 1024 <= result.pinned_copy_probe_bytes <= 64 * 2**20
+    assert run_probes(torch.get_num_threads(), "cuda", budget_s=1.0).pinned_copy_speedup is None

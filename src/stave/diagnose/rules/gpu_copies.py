@@ -49,7 +49,8 @@ def h2d_pageable(inp: DoctorInput) -> Finding | None:
     h2d = phase_s(summary, "h2d")
     t = summary.step_time_median_s
     model = step_inputs(record, summary) or step_only_inputs(t)
-    est = H2D_PAGEABLE.estimate(model, pageable_copy_s=h2d * frac, step_s=t)
+    measured = record.probes.pinned_copy_speedup
+    est = H2D_PAGEABLE.estimate(model, pageable_copy_s=h2d * frac, step_s=t, pinned_speedup=measured)
     if est < REPORT_MIN_SPEEDUP:
         return None
     loader = main_loader(record)
@@ -64,9 +65,15 @@ def h2d_pageable(inp: DoctorInput) -> Finding | None:
             "h2d_bytes_per_step": summary.h2d_bytes_per_step,
             "pageable_bytes_share": frac,
             "h2d_gb_per_s": (summary.h2d_bytes_per_step / h2d / 1e9) if h2d > 0 else None,
+            "pinned_copy_speedup": measured if measured is not None else PINNED_COPY_SPEEDUP,
+            "pinned_copy_speedup_source": "probe" if measured is not None else "assumed",
+            "pinned_copy_probe_bytes": record.probes.pinned_copy_probe_bytes,
         },
         H2D_PAGEABLE.fix(call),
-        explanation=f"Estimate: the pageable share of the copy time divided by {PINNED_COPY_SPEEDUP:g}.",
+        explanation=("Estimate: the pageable share of the copy time divided by the pinned probe's "
+                     f"pageable/pinned copy time ({measured:.1f}x here)." if measured is not None else
+                     "Estimate: the pageable share of the copy time divided by "
+                     f"{PINNED_COPY_SPEEDUP:g} (the pinned probe did not run)."),
         lines=phase_lines(record, "h2d"),
     )
 
