@@ -6,9 +6,11 @@ rank rules. The facade (:mod:`stave.doctor.facade`) calls it; nothing else compo
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
-from stave.analyze.breakdown import summarize_steps
+from stave.analyze.breakdown import StepSummary, summarize_steps
+from stave.analyze.gpu_util import gpu_util_window
 from stave.analyze.step_model import compose, estimate
 from stave.diagnose.engine import run_rules
 from stave.diagnose.framework_fixes import apply_framework_fixes
@@ -31,6 +33,9 @@ def diagnose_records(records: Sequence[RunRecord], statuses: Sequence[str | None
     primary = ordered[0]
     summary = summarize_steps(primary.steps)
     notes: list[str] = list(primary.notes)
+    short = gpu_util_note(primary, summary)
+    if short:
+        notes.append(short)
     findings = run_rules("doctor", DoctorInput(primary, summary), notes)
     findings = apply_framework_fixes(findings, primary.config)
     statuses = list(statuses) if statuses is not None else [None] * len(ordered)
@@ -48,6 +53,26 @@ def diagnose_records(records: Sequence[RunRecord], statuses: Sequence[str | None
         notes=notes,
         achievable_step_s=achievable_step_s(findings, summary.step_time_median_s),
     )
+
+
+# NVML's readings come about every 0.1 s (the monitor's rate): a window needs a reading's worth more
+# than the period for one reading to fall wholly inside it.
+READING_INTERVAL_S = 0.1
+
+
+def gpu_util_note(record: RunRecord, summary: StepSummary) -> str | None:
+    """Why a GPU run has no utilization, and the run that would have one (None when it has one, or no
+    GPU readings at all)."""
+    window = gpu_util_window(record)
+    if window is None or window.util_pct is not None:
+        return None
+    step_s = summary.step_time_median_s
+    uncounted = len(record.steps) - len(record.counted_steps())
+    needed = (math.ceil((window.period_s + 2 * READING_INTERVAL_S) / step_s) + uncounted) if step_s > 0 else None
+    return (f"GPU utilization not measured: the counted steps took {window.window_s:.2f} s, and NVML's readings "
+            f"describe the past {window.period_s:.2f} s each, so none falls inside them; NO_COMPILE, GPU_UNDERUSED "
+            f"and SYNC_IN_LOOP's estimate need it"
+            + (f" (--steps {needed} or more would measure it)" if needed else ""))
 
 
 def achievable_step_s(findings: Sequence[Finding], measured_step_s: float) -> float | None:

@@ -56,3 +56,17 @@ def test_cudnn_autotuning_off_is_said_but_not_priced():
     # Autotuning measured 1.03x (spread 23 %) on this ResNet-50: information, not an estimate.
     got = dict(findings("gpu_cudnn_benchmark_off-resnet50-b256-96px"))
     assert got.get("CUDNN_BENCHMARK_OFF") == 1.0
+
+
+def test_a_run_too_short_for_nvml_says_so_and_how_many_steps_would_do():
+    with gzip.open(H200 / "gpu_healthy-b8192-w4096.rec.json.gz", "rt", encoding="utf-8") as f:
+        record = RunRecord.from_dict(json.load(f), where="healthy")
+    notes = diagnose([record]).notes
+    note = next(n for n in notes if n.startswith("GPU utilization not measured"))
+    # 35 counted steps of 4.5 ms (0.10 s) against a 0.32 s period: about 115 more steps' worth.
+    steps = int(note.split("--steps ")[1].split()[0])
+    assert 100 <= steps <= 200
+    # A run long enough for readings inside its steps has a utilization and no such note.
+    with gzip.open(H200 / "gpu_data_main_process-b256.rec.json.gz", "rt", encoding="utf-8") as f:
+        long_run = RunRecord.from_dict(json.load(f), where="data")
+    assert not any(n.startswith("GPU utilization not measured") for n in diagnose([long_run]).notes)
