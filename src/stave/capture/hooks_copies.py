@@ -128,8 +128,10 @@ class CopyHooks:
                     # Recorded before the phase closes: the copy's bytes belong to the h2d phase it
                     # opened (recorded after, they found no open phase and every step read 0 bytes).
                     nb = _non_blocking(args, kwargs)
-                    hooks.record_copy(direction, self, nb, tracker.clock.mark().host_ns - start)
-                    tracker.exit(owned)
+                    try:
+                        hooks.record_copy(direction, self, nb, tracker.clock.mark().host_ns - start)
+                    finally:
+                        tracker.exit(owned)
                     if direction == "d2h" and not nb:
                         hooks.record_sync(".to('cpu')")
 
@@ -149,8 +151,10 @@ class CopyHooks:
                     return original(self, *args, **kwargs)
                 finally:
                     nb = bool(kwargs.get("non_blocking", args[1] if len(args) > 1 else False))
-                    hooks.record_copy("h2d", self, nb, tracker.clock.mark().host_ns - start)
-                    tracker.exit(owned)
+                    try:
+                        hooks.record_copy("h2d", self, nb, tracker.clock.mark().host_ns - start)
+                    finally:
+                        tracker.exit(owned)
 
             return cuda
 
@@ -164,8 +168,10 @@ class CopyHooks:
                     return original(self, src, *args, **kwargs)
                 finally:
                     nb = bool(kwargs.get("non_blocking", args[0] if args else False))
-                    hooks.record_copy("h2d", src, nb, tracker.clock.mark().host_ns - start)
-                    tracker.exit(owned)
+                    try:
+                        hooks.record_copy("h2d", src, nb, tracker.clock.mark().host_ns - start)
+                    finally:
+                        tracker.exit(owned)
 
             return copy_
 
