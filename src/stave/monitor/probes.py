@@ -23,6 +23,7 @@ and they restore every torch setting they touch, so the user's results are uncha
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -31,7 +32,6 @@ import statistics
 import subprocess
 import sys
 import time
-import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -224,8 +224,10 @@ def _pinned_copy_probe(nbytes: int, device: torch.device, deadline: float) -> Ra
 
     def make(size: float) -> Pair:
         n = int(size)
-        pageable = torch.empty(n, dtype=torch.uint8)
-        pinned = torch.empty(n, dtype=torch.uint8).pin_memory()
+        # Written, so its pages are real: an untouched buffer reads the kernel's shared zero page,
+        # a copy no training batch gets.
+        pageable = torch.ones(n, dtype=torch.uint8)
+        pinned = pageable.pin_memory()
         target = torch.empty(n, dtype=torch.uint8, device=device)
         return (lambda: target.copy_(pageable)), (lambda: target.copy_(pinned, non_blocking=True))
 
