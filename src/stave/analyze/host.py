@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from stave.analyze.gpu_util import gpu_util_window
 from stave.analyze.stats import median
 from stave.measure.host import MIN_OTHER_CORES_SAMPLES, HostSample, other_cores_of, other_cores_readings
-from stave.analyze.gpu_util import gpu_util_window
 from stave.measure.record import RunRecord
 
 # A counter counts as "active" in a sample above this rate: a page or two swapped per second is
