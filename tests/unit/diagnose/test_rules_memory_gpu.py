@@ -110,6 +110,23 @@ def test_memory_growth_at_compiling_steps_only_is_a_cache_not_a_leak():
     assert run_rule("MEMORY_GROWTH", run(grows_at_every_step=True)) is not None
 
 
+def test_memory_growth_jumps_at_some_repeated_shapes_are_the_allocator_not_a_leak():
+    # Variable lengths, RSS growing at every new length, and also at two of every five steps that
+    # repeat one (the allocator keeping freed blocks: RSS jumps whatever the shape). The steady
+    # steps' mean is 0.4 of the fitted rate, their median 0: a cache. A leak grows at every step.
+    n = len(rss_record(None).steps)
+    tokens = [64 * (1 + i) if i % 3 else 64 for i in range(n)]
+    repeats = iter(range(n))
+
+    def allocator(t, seen):
+        return not seen or next(repeats) % 5 in (1, 3)
+
+    cache = _token_steps_rss(rss_record(None), tokens, allocator)
+    assert run_rule("MEMORY_GROWTH", cache) is None
+    leak = _token_steps_rss(rss_record(None), tokens, lambda t, seen: True)
+    assert run_rule("MEMORY_GROWTH", leak) is not None
+
+
 def test_memory_growth_on_gpu_allocated_memory():
     rec = healthy_record(config=healthy_config(device_type="cuda", device_total_memory_bytes=80 * 2**30))
     rec.host = host_series(rec.steps, cuda_allocated_bytes=lambda i, step: 10 * 2**30 + step * 8 * MB)

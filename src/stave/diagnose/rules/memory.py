@@ -9,6 +9,8 @@ a dataset that would fit in the page cache.
 
 from __future__ import annotations
 
+import statistics
+
 from stave.analyze.host import HostSummary, summarize_host
 from stave.analyze.loading import loading_bound
 from stave.analyze.trend import MemoryTrend, memory_trend
@@ -44,8 +46,12 @@ RSS_GROWTH_MIN_SHARE = 0.10
 # stops once they are all seen; a leak grows at every step. The steps that fill no cache (repeat a
 # shape, compile nothing) tell them apart: padded_longest_healthy (each batch padded to its own
 # longest) grew RSS 12 MB a step over 22 steps, 0.0 MB at each of the three steps that repeated a
-# token count. Such steps that grew under a quarter of the fitted rate, at least this many of them,
-# show a cache filling up, not a leak.
+# token count. Such steps whose median growth is under a quarter of the fitted rate, at least this
+# many of them, show a cache filling up, not a leak. The median, not the mean: a leak adds its bytes
+# at every step, so most steady steps show it; freed blocks the allocator keeps (glibc raises its
+# mmap threshold after a large free, so later large tensors come from a heap that does not shrink)
+# make RSS jump at a few steps whatever their shape: compile_varlen's five steady steps grew 0, 7.8,
+# 0, 7.0 and 0 MB in one run (a mean of 0.49 of the rate, named a leak) and 0-0.1 MB in the next.
 REPEATED_SHAPE_MIN_STEPS = 3
 REPEATED_SHAPE_MAX_GROWTH = 0.25
 # Memory running out within a day at the measured rate: an overnight run would be killed.
@@ -79,7 +85,7 @@ def _leak(record_trend: MemoryTrend | None) -> bool:
 
 
 def growth_at_steady_steps(record: RunRecord) -> tuple[float, int] | None:
-    """Mean RSS growth of the counted steps that filled no cache, and how many there were: steps that
+    """Median RSS growth of the counted steps that filled no cache, and how many there were: steps that
     neither met a batch shape (its tokens fed) for the first time nor compiled a frame. A step that
     recompiled a shape seen before still compiled (dynamo's guards fail on the order of shapes too).
     ``None`` when the run shows neither kind of cache-filling step (no token counts, nothing compiled
@@ -101,7 +107,7 @@ def growth_at_steady_steps(record: RunRecord) -> tuple[float, int] | None:
         prev_rss = step.rss_bytes
     if not markers:
         return None
-    return (sum(growth) / len(growth) if growth else 0.0), len(growth)
+    return (statistics.median(growth) if growth else 0.0), len(growth)
 
 
 def _shape_cache(record: RunRecord, trend: MemoryTrend) -> bool:
