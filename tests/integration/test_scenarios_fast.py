@@ -121,6 +121,27 @@ def test_a_fix_slower_in_every_pair_scores_the_row_as_a_control_of_its_finding()
                   "load_min": 0.0, "load_max": 0.0, "command": "c"})
 
 
+def test_a_row_not_planted_here_is_clean_when_its_finding_names_another_fix():
+    # The script's --fixed starts workers (hand_params num_workers) and measured slower: naming
+    # DATA_CPU_BOUND with workers is the wrong verdict; naming it with a cheaper stage is not.
+    def row(inputs):
+        r = driver.Row("s", "v", "DATA_CPU_BOUND", "DATA_CPU_BOUND", 2, False, [], "median_step_s", 2,
+                       ratios=[0.85, 0.9], measured_speedup=0.9, spread=0.1, fix_inputs=["workers"],
+                       findings=[["DATA_CPU_BOUND", 1.5, "warning", inputs]])
+        driver.judge(r)
+        return r
+
+    s = driver.summary([row(["load_cpu_s"]), row(["workers"])])
+    assert s["controls_clean"] == [1, 2]
+    # A row from before the inputs were kept (three fields) still counts any naming as wrong.
+    old = driver.Row("s", "v", "DATA_CPU_BOUND", "DATA_CPU_BOUND", 2, False, [], "median_step_s", 2,
+                     ratios=[0.85, 0.9], measured_speedup=0.9, spread=0.1, fix_inputs=["workers"],
+                     findings=[["DATA_CPU_BOUND", 1.5, "warning"]])
+    assert driver.summary([old])["controls_clean"] == [0, 1]
+    scenario = next(sc for sc in SCENARIOS if sc.name == "cpu_transforms")
+    assert "workers" in {driver.HAND_PARAM_INPUTS[n] for n, _ in scenario.hand_params}
+
+
 def test_priority_order_covers_every_mechanism_before_any_hog_row():
     plan = [(sc, v) for sc in SCENARIOS for v in sc.variants]
     ordered = driver.prioritized(plan)

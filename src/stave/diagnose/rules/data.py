@@ -251,6 +251,29 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
     if model is None:
         return None
     priced: dict[int, float] | None = None
+    bounds: dict[int, list[float]] = {}
+    extra = 0.0 if model.workers == 0 else model.load_extra_s
+    counts = {w: model.changed(workers=w, load_extra_s=extra) for w in range(lb.workers + 1, workers + 1)}
+    if not _per_item_bound(lb) and workers > lb.workers:
+        # From the main process, a worker's one thread also does what the trainer's pool did for the
+        # loading's torch ops: `load_thread_factor`, an upper bound (it counts the pool's spin between
+        # those ops as work). Each count is priced at that bound and at 1 (the loading's own clock).
+        bounds = {w: [estimate(model, after, lb.step_s)] for w, after in counts.items()}
+        if model.load_thread_factor > 1.0:
+            for w, after in counts.items():
+                bounds[w].append(estimate(model, after.changed(load_thread_factor=1.0), lb.step_s))
+            evidence["load_thread_factor"] = model.load_thread_factor
+        evidence["workers_priced"] = {str(w): b for w, b in bounds.items()}
+    # A count is named only where its pessimistic bound still gains: where the bounds straddle no
+    # gain the workers may as well slow the job, and a wrong verdict costs more than a missing one
+    # (cpu_transforms on a 2-core EPYC: 1.00x at the bound, 1.39x at the clock, named at their mean,
+    # 1.18x; two workers measured 0.85-0.89x in five sessions, one run of 1.2x on another CPU).
+    # Then only cheaper loading is priced.
+    # Beside other processes the bounds are taken once their cores are free (as the estimate is below).
+    free = {w: [estimate(model.changed(other_cores=0.0), after.changed(other_cores=0.0, load_thread_factor=f),
+                         lb.step_s) for f in {model.load_thread_factor, 1.0}]
+            for w, after in counts.items()} if bounds and model.other_cores > 0 else {}
+    paying = [w for w, b in bounds.items() if max(min(b), min(free.get(w, b))) >= REPORT_MIN_SPEEDUP]
     if _per_item_bound(lb):
         # Whole batches by one index: the per-item fetch and collate go. A worker still ships each
         # batch through a fresh shared-memory block (the delivery probe's worker time beyond the
@@ -265,29 +288,16 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
         how = ("with whole-batch indexing, the workers left with shipping each batch (an upper bound)"
                if delivery is not None
                else "with whole-batch indexing, if the loading then cost nothing (an upper bound)")
-    elif workers > lb.workers:
+    elif paying:
         # Workers run alongside the compute threads: the model prices the cores they then share
         # (no gain where the compute already keeps every core busy). Each count up to the one that
         # keeps up is priced and the fastest named: on two cores beside two compute threads, one
         # worker can win where two only take the compute's cores (the model's fair share decides).
-        #
-        # From the main process, a worker's one thread also does what the trainer's pool did for the
-        # loading's torch ops: `load_thread_factor`, an upper bound (it counts the pool's spin between
-        # those ops as work). Each count is priced at that bound and at 1 (the loading's own clock)
-        # and named at their geometric mean, the minimax choice between bounds (the same rule as
-        # CPU_CONTENTION's batch-level split): the upper bound alone named nothing on cpu_transforms,
-        # 84 % of its step waiting, where two workers measured 1.2x (and 0.8-0.9x on other runs).
-        extra = 0.0 if model.workers == 0 else model.load_extra_s
-        counts = {w: model.changed(workers=w, load_extra_s=extra) for w in range(lb.workers + 1, workers + 1)}
-        bounds = {w: [estimate(model, after, lb.step_s)] for w, after in counts.items()}
-        if model.load_thread_factor > 1.0:
-            for w, after in counts.items():
-                bounds[w].append(estimate(model, after.changed(load_thread_factor=1.0), lb.step_s))
-            evidence["load_thread_factor"] = model.load_thread_factor
-        priced = {w: statistics.geometric_mean(b) for w, b in bounds.items()}
+        # A count priced at two bounds (above) is named at their geometric mean, the minimax choice
+        # between bounds (the same rule as CPU_CONTENTION's batch-level split).
+        priced = {w: statistics.geometric_mean(bounds[w]) for w in paying}
         workers = max(priced, key=lambda w: (priced[w], -w))
         after = counts[workers]
-        evidence["workers_priced"] = {str(w): bounds[w] for w in priced}
         evidence["suggested_workers"] = workers
         fix = (
             f"# Load in {workers} worker processes (this machine has {lb.cores} usable cores), alongside the compute.\n"
@@ -307,6 +317,11 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
         after = model.changed(load_cpu_s=model.load_cpu_s * (1.0 - top.share))
         fix = stage_line
         how = f"if {top.name} cost nothing (an upper bound)"
+        if bounds:
+            low = min(min(b) for b in bounds.values())
+            fix = (f"# More loader workers are not advised: beside the compute's threads on {lb.cores} usable cores\n"
+                   f"# the model prices them at {low:.2f}x at worst (no gain).\n{stage_line}")
+            how += f"; more workers priced at {low:.2f}x at worst, not advised"
     else:
         return None
     evidence["model_inputs_changed"] = {k: [getattr(model, k), getattr(after, k)]
