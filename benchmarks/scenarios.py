@@ -434,6 +434,11 @@ def named_fix_args(scenario: Scenario, findings: Sequence[dict[str, Any]]) -> li
         return []
     plan = plan_for(finding, allow_learning_changes=True)
     changed = finding.evidence.get("model_inputs_changed") or {}
+    stage = finding.evidence.get("top_stage")
+    if finding.id == "DATA_CPU_BOUND" and set(changed) == {"load_cpu_s"} and isinstance(stage, str) \
+            and "drop_stage" in dict(scenario.hand_params):
+        # A stage to make cheaper, priced as that stage costing nothing: the script runs without it.
+        return hand_fix_args(scenario, f"drop_stage={stage}")
     if not plan.injectable and set(changed) == {"load_cpu_s"}:
         # A split that moves per-sample work to one op on the batch is a code change (no injection):
         # the scenario's own option applies it by hand.
@@ -447,8 +452,7 @@ def measure_row(scenario: Scenario, variant: Variant, pairs: int, steps: int, tm
     takes the value the doctor named where the scenario maps it: ``hand_params``)."""
     row = Row(scenario.name, variant.label, scenario.mechanism, scenario.expect, variant.cores, variant.hog,
               list(variant.args), scenario.statistic, pairs, steps=steps,
-              timing_steps=timing_steps(scenario, steps), warmup_steps=warmup_steps(scenario, steps),
-              fix_inputs=sorted({HAND_PARAM_INPUTS[n] for n, _ in scenario.hand_params if n in HAND_PARAM_INPUTS}))
+              timing_steps=timing_steps(scenario, steps), warmup_steps=warmup_steps(scenario, steps))
     start = time.perf_counter()
     cpus = core_set(variant.cores)
     hog = Hog(min(cpus)) if variant.hog else None
@@ -465,6 +469,7 @@ def measure_row(scenario: Scenario, variant: Variant, pairs: int, steps: int, tm
                          sorted((f.get("evidence") or {}).get("model_inputs_changed") or {})] for f in raw_findings]
         row.top_finding = row.findings[0][0] if row.findings else None
         row.hand_args = named_fix_args(scenario, raw_findings)
+        row.fix_inputs = fix_inputs_of(scenario, row.hand_args)
         grows = scenario.statistic == "samples_per_s"
         planted: list[float] = []
         fixed: list[float] = []
@@ -652,7 +657,19 @@ RISK_FINDINGS = frozenset({"MEMORY_GROWTH", "FORK_UNSAFE_HANDLE"})
 # A fix parameter a scenario maps to a script option (hand_params) -> the step model's input it
 # changes (a finding's evidence ``model_inputs_changed``): what a finding must change to name the
 # script's --fixed.
-HAND_PARAM_INPUTS = {"num_workers": "workers", "threads": "compute_threads", "batch_size": "batch_scale"}
+HAND_PARAM_INPUTS = {"num_workers": "workers", "threads": "compute_threads", "batch_size": "batch_scale",
+                     "batch_transform": "load_cpu_s", "drop_stage": "load_cpu_s"}
+# hand_params that --fixed applies only when the doctor names them (else the script's own --fixed).
+NAMED_ONLY_PARAMS = frozenset({"batch_transform", "drop_stage"})
+
+
+def fix_inputs_of(scenario: Scenario, hand_args: Sequence[str]) -> list[str]:
+    """The step model's inputs a row's --fixed changes: those of the options it was given, else of
+    the script's own --fixed (its hand_params but the ones applied only when named)."""
+    used = [n for n, option in scenario.hand_params if option in hand_args]
+    if not used:
+        used = [n for n, _ in scenario.hand_params if n not in NAMED_ONLY_PARAMS]
+    return sorted({HAND_PARAM_INPUTS[n] for n in used if n in HAND_PARAM_INPUTS})
 
 
 def names_planted_fix(row: Row, finding: Sequence[Any]) -> bool:

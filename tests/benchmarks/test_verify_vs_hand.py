@@ -70,6 +70,24 @@ def test_the_matrix_times_the_fix_the_doctor_named() -> None:
     assert named_fix_args(matrix["oversubscription"], workers) == []
 
 
+def test_a_named_stage_is_timed_without_it_and_workers_with_them() -> None:
+    from benchmarks.scenarios import fix_inputs_of, load_matrix, named_fix_args
+
+    cpu = {s.name: s for s in load_matrix()}["cpu_transforms"]
+    stage = [_finding("DATA_CPU_BOUND", {"top_stage": "GaussianBlur",
+                                         "model_inputs_changed": {"load_cpu_s": [0.04, 0.02]}})]
+    args = named_fix_args(cpu, stage)
+    assert args == ["--fixed-drop-stage", "GaussianBlur"]
+    assert fix_inputs_of(cpu, args) == ["load_cpu_s"]
+    workers = [_finding("DATA_CPU_BOUND", {"suggested_workers": 2, "top_stage": "GaussianBlur",
+                                           "model_inputs_changed": {"workers": [0, 2]}})]
+    args = named_fix_args(cpu, workers)
+    assert args == ["--fixed-workers", "2"]
+    assert fix_inputs_of(cpu, args) == ["workers"]
+    # The script's own --fixed (no option given) starts workers; the stage option is only for a named stage.
+    assert fix_inputs_of(cpu, []) == ["workers"]
+
+
 def test_every_hand_option_is_one_its_script_takes() -> None:
     from benchmarks.scenarios import PLANTED_DIR, load_matrix
 

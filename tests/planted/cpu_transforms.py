@@ -4,8 +4,10 @@ Images are decoded through PIL and augmented per sample (a large random-resized 
 blur, colour jitter), with ``num_workers=0``: the training loop stops at every batch while the
 main process does all of that on one core. The blur is the most expensive stage.
 
-``--fixed``: one loader worker per usable core (``--fixed-workers N``: N), persistent, so loading runs alongside the compute
-(the doctor's fix; it names the blur as the stage to make cheaper next).
+``--fixed``: one loader worker per usable core (``--fixed-workers N``: N), persistent, so loading runs alongside the compute.
+``--fixed --fixed-drop-stage NAME``: the loading as written (main process) without the transform
+``NAME``: what the doctor prices when it names a stage to make cheaper (that stage costing nothing,
+an upper bound), where workers would not pay on the machine.
 """
 
 from __future__ import annotations
@@ -38,20 +40,25 @@ class ImageArrays(Dataset):
 
 
 def main() -> None:
-    args = planted_args(__doc__.splitlines()[0], fixed_workers=0)
+    args = planted_args(__doc__.splitlines()[0], fixed_workers=0, fixed_drop_stage="")
     torch.manual_seed(0)
-    transform = transforms.Compose(
-        [
-            transforms.RandomResizedCrop(64),
-            transforms.GaussianBlur(kernel_size=5, sigma=2.0),
-            transforms.ColorJitter(0.4, 0.4, 0.4),
-            transforms.ToTensor(),
-            transforms.Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)),
-        ]
-    )
+    stages = [
+        transforms.RandomResizedCrop(64),
+        transforms.GaussianBlur(kernel_size=5, sigma=2.0),
+        transforms.ColorJitter(0.4, 0.4, 0.4),
+        transforms.ToTensor(),
+        transforms.Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)),
+    ]
+    drop = args.fixed_drop_stage if args.fixed else ""
+    if drop and drop not in {type(t).__name__ for t in stages}:
+        raise SystemExit(f"--fixed-drop-stage {drop}: no such stage")
+    transform = transforms.Compose([t for t in stages if type(t).__name__ != drop])
     dataset = ImageArrays(2048, transform)
     cores = len(os.sched_getaffinity(0))
-    extra = {"num_workers": args.fixed_workers or cores, "persistent_workers": True} if args.fixed else {"num_workers": 0}
+    if args.fixed and not drop:
+        extra = {"num_workers": args.fixed_workers or cores, "persistent_workers": True}
+    else:
+        extra = {"num_workers": 0}
     loader = DataLoader(dataset, batch_size=16, shuffle=True, **extra)
     model = nn.Sequential(
         nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU(),

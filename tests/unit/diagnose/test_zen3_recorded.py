@@ -34,6 +34,9 @@ def test_workers_are_not_advised_where_their_pessimistic_bound_gains_nothing():
     assert "num_workers" not in data.fix and "not advised" in data.fix
     assert "GaussianBlur" in data.fix
     assert min(min(b) for b in data.evidence["workers_priced"].values()) < 1.05
+    # The stage costing nothing is the upper bound; the finding is named at its mean with no change.
+    up = data.evidence["top_stage_free_speedup"]
+    assert up > 1.3 and abs(data.est_speedup - up ** 0.5) < 1e-3
 
 
 def test_recompiling_for_new_lengths_is_not_called_a_leak():

@@ -251,6 +251,7 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
     if model is None:
         return None
     priced: dict[int, float] | None = None
+    stage_bound = False
     bounds: dict[int, list[float]] = {}
     extra = 0.0 if model.workers == 0 else model.load_extra_s
     counts = {w: model.changed(workers=w, load_extra_s=extra) for w in range(lb.workers + 1, workers + 1)}
@@ -268,12 +269,17 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
     # gain the workers may as well slow the job, and a wrong verdict costs more than a missing one
     # (cpu_transforms on a 2-core EPYC: 1.00x at the bound, 1.39x at the clock, named at their mean,
     # 1.18x; two workers measured 0.85-0.89x in five sessions, one run of 1.2x on another CPU).
-    # Then only cheaper loading is priced.
+    # Then only cheaper loading is priced, and only where the workers were worth naming at their mean
+    # (the bounds straddle no gain): this replaces a risky fix, it adds no finding where none was
+    # (a stage costing nothing is a bound the job may not reach: the JPEG decode of
+    # main_process_jpeg_mobilenet, whose workers are priced at 1.00x both ways).
     # Beside other processes the bounds are taken once their cores are free (as the estimate is below).
     free = {w: [estimate(model.changed(other_cores=0.0), after.changed(other_cores=0.0, load_thread_factor=f),
                          lb.step_s) for f in {model.load_thread_factor, 1.0}]
             for w, after in counts.items()} if bounds and model.other_cores > 0 else {}
     paying = [w for w, b in bounds.items() if max(min(b), min(free.get(w, b))) >= REPORT_MIN_SPEEDUP]
+    straddle = not paying and any(statistics.geometric_mean(b) >= REPORT_MIN_SPEEDUP
+                                  for b in [*bounds.values(), *free.values()])
     if _per_item_bound(lb):
         # Whole batches by one index: the per-item fetch and collate go. A worker still ships each
         # batch through a fresh shared-memory block (the delivery probe's worker time beyond the
@@ -307,16 +313,19 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
         if model.load_thread_factor > 1.0:
             how += (f" (the geometric mean of the worker's thread doing the pool's share of the loading's "
                     f"torch ops, {model.load_thread_factor:.2f}x its clock, and not)")
-    elif top is not None:
+    elif top is not None and (not bounds or straddle):
         # No core left for another worker: only cheaper loading helps. Where the loading's threads
         # already take cores from the compute, that is CPU_CONTENTION's cause and fix (cheaper or
         # batch-level loading, fewer workers, fewer threads), priced there: one cause, one finding.
         if cpu_contention(inp) is not None:
             return None
-        # The estimate is the upper bound of cheaper loading, the top stage costing nothing.
+        # The top stage costing nothing is the upper bound of making it cheaper, no change the lower:
+        # named at their geometric mean (the minimax choice between bounds, as above), never further
+        # from a gain between them than the square root of the bound.
         after = model.changed(load_cpu_s=model.load_cpu_s * (1.0 - top.share))
+        stage_bound = True
         fix = stage_line
-        how = f"if {top.name} cost nothing (an upper bound)"
+        how = f"the geometric mean of no change and {top.name} costing nothing"
         if bounds:
             low = min(min(b) for b in bounds.values())
             fix = (f"# More loader workers are not advised: beside the compute's threads on {lb.cores} usable cores\n"
@@ -336,6 +345,10 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
         evidence["est_speedup_with_other_load"] = est
         est = estimate(model.changed(other_cores=0.0), after.changed(other_cores=0.0), lb.step_s)
         bound += f", once the other processes' {model.other_cores:.1f} cores are free"
+    if stage_bound:
+        evidence["top_stage_free_speedup"] = est
+        how += f" ({est:.2f}x, an upper bound)"
+        est = math.sqrt(max(est, 1.0))
     if est < REPORT_MIN_SPEEDUP:
         return None
     where = "the main process" if pipe.in_main_process else f"{lb.workers} workers"
