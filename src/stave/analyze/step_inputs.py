@@ -232,10 +232,26 @@ def oversubscription_penalty(record: RunRecord, summary: StepSummary, serial_s: 
 def busy_serial_s(record: RunRecord, serial_s: float) -> float:
     """The compute's seconds on one thread for the busy-pool pricing: ``serial_s`` (forward and
     backward's dispatch and serial kernels) plus the optimizer's and the rest of the step's ops
-    under ATen's parallel grain. Those run on the main thread whatever the pool, so they never wait at
-    a barrier; the optimizer's tiny per-parameter ops are most of its ops (66 of 92 for a VAE's Adam)."""
+    under ATen's parallel grain; the optimizer's tiny per-parameter ops are most of its ops (66 of 92
+    for a VAE's Adam).
+
+    At most :data:`OP_BOUND_MAX_DISPATCHES` dispatches for each op the compute phases ran: an op
+    under the grain does no work that could take longer, and those measured beside busy processes
+    took far longer all the same, because some enter the pool at any size (log_softmax, nll_loss's
+    backward, Adam's sqrt: :func:`busy_op_bound_s`) and wait at its barrier for the thread that
+    shares a core with them. Their time beyond the bound is such waits, which the pool at the free
+    cores does not pay: kept as one-thread time it made the step at the free cores 5-30x too long
+    (timm_optimizer_unfused beside a busy loop: 0.65 s of 'serial' ops where 1,735 ops bound them at
+    28 ms; its step 0.83 s at the free core, about 0.1 s alone at two threads), and the job's own
+    findings vanished under it. (Random-number kernels over large tensors do real one-thread work
+    above the bound; beside busy processes they are taken as the pool's.)"""
     by_phase = record.config.serial_op_s_by_phase
-    return serial_s + sum(by_phase.get(p, 0.0) for p in COMPUTE_PHASES if p not in ("forward", "backward"))
+    serial = serial_s + sum(by_phase.get(p, 0.0) for p in COMPUTE_PHASES if p not in ("forward", "backward"))
+    overhead = record.probes.op_overhead_ns
+    ops = sum((record.config.aten_ops_by_phase or {}).get(p, 0) for p in COMPUTE_PHASES)
+    if not overhead or overhead <= 0 or ops <= 0:
+        return serial
+    return min(serial, ops * OP_BOUND_MAX_DISPATCHES * overhead / 1e9)
 
 
 def busy_pool_penalty(record: RunRecord, summary: StepSummary, serial_s: float) -> float | None:
