@@ -252,6 +252,7 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
         return None
     priced: dict[int, float] | None = None
     stage_bound = False
+    workers_note = ""
     bounds: dict[int, list[float]] = {}
     extra = 0.0 if model.workers == 0 else model.load_extra_s
     counts = {w: model.changed(workers=w, load_extra_s=extra) for w in range(lb.workers + 1, workers + 1)}
@@ -330,7 +331,7 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
             low = min(min(b) for b in bounds.values())
             fix = (f"# More loader workers are not advised: beside the compute's threads on {lb.cores} usable cores\n"
                    f"# the model prices them at {low:.2f}x at worst (no gain).\n{stage_line}")
-            how += f"; more workers priced at {low:.2f}x at worst, not advised"
+            workers_note = f"; more workers priced at {low:.2f}x at worst, not advised"
     else:
         return None
     evidence["model_inputs_changed"] = {k: [getattr(model, k), getattr(after, k)]
@@ -347,7 +348,7 @@ def data_cpu_bound(inp: DoctorInput) -> Finding | None:
         bound += f", once the other processes' {model.other_cores:.1f} cores are free"
     if stage_bound:
         evidence["top_stage_free_speedup"] = est
-        how += f" ({est:.2f}x, an upper bound)"
+        how += f" ({est:.2f}x, an upper bound){workers_note}"
         est = math.sqrt(max(est, 1.0))
     if est < REPORT_MIN_SPEEDUP:
         return None
